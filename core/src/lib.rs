@@ -1,0 +1,10 @@
+//! `orbit-core`: the deterministic heart of ORBIT.
+//!
+//! It holds the `.orbit` language front end, the definition IR and its hash,
+//! the expression evaluator, execution histories, and the sans-I/O `Engine`
+//! that both the production driver and the simulation run unchanged. Nothing
+//! in this crate performs I/O, reads a clock or draws randomness: time and ids
+//! are inputs.
+
+pub mod history;
+pub mod ir;
