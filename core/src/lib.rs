@@ -6,5 +6,10 @@
 //! in this crate performs I/O, reads a clock or draws randomness: time and ids
 //! are inputs.
 
+pub mod check;
+pub mod diagnostic;
+pub mod engine;
+pub mod eval;
 pub mod history;
 pub mod ir;
+pub mod syntax;

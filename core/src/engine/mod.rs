@@ -1,0 +1,1 @@
+//! The sans-I/O Engine: `handle(now, input) -> effects`.

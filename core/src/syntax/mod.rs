@@ -1,0 +1,1 @@
+//! The `.orbit` lexer, parser and syntax tree (with spans).
