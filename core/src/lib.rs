@@ -13,3 +13,6 @@ pub mod eval;
 pub mod history;
 pub mod ir;
 pub mod syntax;
+
+pub use check::{compile, definition_hash, Compiled, Definition, Source};
+pub use diagnostic::Diagnostic;
