@@ -75,6 +75,55 @@ pub struct Diagnostic {
     pub help: Option<String>,
 }
 
+impl Diagnostic {
+    /// A diagnostic with code `code` at `span` of file `file` whose text is
+    /// `text` (used to compute line and column).
+    pub fn new(
+        code: &str,
+        message: impl Into<String>,
+        file: &str,
+        text: &str,
+        span: Span,
+    ) -> Diagnostic {
+        let (line, col) = line_col(text, span.start);
+        Diagnostic {
+            code: code.to_string(),
+            message: message.into(),
+            file: file.to_string(),
+            span,
+            line,
+            col,
+            labels: Vec::new(),
+            help: None,
+        }
+    }
+
+    /// Adds a secondary label at `span` of `file` (whose text is `text`).
+    pub fn with_label(
+        mut self,
+        file: &str,
+        text: &str,
+        span: Span,
+        message: impl Into<String>,
+    ) -> Diagnostic {
+        let (line, col) = line_col(text, span.start);
+        self.labels.push(Label {
+            file: file.to_string(),
+            span,
+            line,
+            col,
+            message: message.into(),
+        });
+        self
+    }
+
+    /// Sets the `help:` line.
+    pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
+        self.help = Some(help.into());
+        self
+    }
+}
+
 /// 1-based (line, column) of byte offset `at` in `text` (column counted in
 /// characters). Offsets past the end map to the end.
 pub fn line_col(text: &str, at: usize) -> (usize, usize) {
