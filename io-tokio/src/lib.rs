@@ -1,6 +1,8 @@
 //! `orbit-io-tokio`: the production driver.
 //!
-//! It will hold the tokio event loop that feeds the core `Engine` requests and
-//! time and executes its effects, the storage backends over sqlx (SQLite in
-//! WAL mode with `synchronous=FULL`, PostgreSQL) with group commit, timers,
-//! and telemetry export. Nothing is implemented here yet.
+//! [`storage`] holds the storage trait ORBIT commits through and its SQLite
+//! backend (WAL, `synchronous=FULL`, versioned migrations, one transaction
+//! per group commit); [`driver`] is the tokio task that owns the core
+//! `Engine`, feeds it requests and time, and executes its effects.
+
+pub mod storage;

@@ -1,0 +1,425 @@
+//! The storage conformance suite: every [`Storage`] implementation (SQLite,
+//! the simulation's store, PostgreSQL) must pass [`run`]. It uses fresh
+//! execution ids on every call, so it can run against a store that already
+//! holds data.
+
+use super::{Append, ExecutionRow, Fence, ListFilter, QueueOp, Storage, StorageError, Transaction};
+use super::{DefinitionRecord, IdempotencyRecord};
+use orbit_core::history::{Event, EventKind};
+use serde_json::json;
+
+/// A failed conformance check: which one and why.
+#[derive(Debug, thiserror::Error)]
+#[error("storage contract `{check}` failed: {detail}")]
+pub struct Violation {
+    /// The check's name.
+    pub check: &'static str,
+    /// What was wrong.
+    pub detail: String,
+}
+
+fn fail(check: &'static str, detail: impl Into<String>) -> Violation {
+    Violation {
+        check,
+        detail: detail.into(),
+    }
+}
+
+macro_rules! ensure {
+    ($check:expr, $cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(fail($check, format!($($fmt)+)));
+        }
+    };
+}
+
+fn io(check: &'static str) -> impl Fn(StorageError) -> Violation {
+    move |e| fail(check, format!("unexpected storage error: {e}"))
+}
+
+/// A projection row for `id` with `status` after `last_seq` events.
+pub fn row(id: &str, status: &str, last_seq: u64) -> ExecutionRow {
+    ExecutionRow {
+        id: id.to_owned(),
+        workflow: "Contract".to_owned(),
+        version: "1.0.0".to_owned(),
+        definition_hash: "h".to_owned(),
+        status: status.to_owned(),
+        parent: None,
+        input: json!({"n": 1}),
+        output: None,
+        error: None,
+        created_at: 1_001,
+        updated_at: 1_000 + last_seq,
+        last_seq,
+    }
+}
+
+/// Events `first..=last` of a plain execution.
+pub fn events(first: u64, last: u64) -> Vec<Event> {
+    (first..=last)
+        .map(|seq| Event {
+            seq,
+            at: 1_000 + seq,
+            kind: if seq == 1 {
+                EventKind::WorkflowCreated {
+                    workflow: "Contract".to_owned(),
+                    version: "1.0.0".to_owned(),
+                    definition_hash: "h".to_owned(),
+                    input: json!({"n": 1}),
+                    parent: None,
+                }
+            } else {
+                EventKind::SignalReceived {
+                    name: "s".to_owned(),
+                    payload: json!(seq),
+                }
+            },
+        })
+        .collect()
+}
+
+/// An append of events `after_seq+1..=last` with a `running` projection.
+pub fn append(id: &str, after_seq: u64, last: u64) -> Append {
+    Append {
+        execution_id: id.to_owned(),
+        after_seq,
+        fence: None,
+        events: events(after_seq + 1, last),
+        projection: row(id, "running", last),
+    }
+}
+
+fn tx(appends: Vec<Append>) -> Transaction {
+    Transaction {
+        appends,
+        ..Transaction::default()
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4())
+}
+
+/// Runs every check against `store`.
+pub async fn run(store: &dyn Storage) -> Result<(), Violation> {
+    atomic_batch_applies_everything(store).await?;
+    seq_is_contiguous_across_appends(store).await?;
+    stale_seq_is_a_conflict_and_applies_nothing(store).await?;
+    gap_in_seq_is_a_conflict(store).await?;
+    fenced_epoch_is_a_conflict(store).await?;
+    reads_return_exactly_what_was_committed(store).await?;
+    list_is_newest_first_with_cursor(store).await?;
+    Ok(())
+}
+
+/// A batch with appends for two executions, a definition, an idempotency
+/// record and a queue row is readable in full after the commit.
+pub async fn atomic_batch_applies_everything(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "atomic_batch_applies_everything";
+    let a = unique("atomic-a");
+    let b = unique("atomic-b");
+    let def_name = unique("Def");
+    let scope = unique("scope");
+    let mut t = tx(vec![append(&a, 0, 3), append(&b, 0, 1)]);
+    t.definitions.push(DefinitionRecord {
+        name: def_name.clone(),
+        version: "1.0.0".to_owned(),
+        hash: "abc".to_owned(),
+        kind: "workflow".to_owned(),
+        filename: "x.orbit".to_owned(),
+        source: "workflow X".to_owned(),
+        body: json!({"name": def_name}),
+        registered_at: 5,
+    });
+    t.idempotency.push(IdempotencyRecord {
+        scope: scope.clone(),
+        key: "k1".to_owned(),
+        fingerprint: "f".to_owned(),
+        status: 201,
+        body: "{}".to_owned(),
+        expires_at: u64::MAX / 4,
+    });
+    t.queue.push(QueueOp::Enqueue {
+        execution_id: a.clone(),
+        unit: "work".to_owned(),
+        task: "demo.work".to_owned(),
+        enqueued_at: 7,
+        body: json!({"step_id": "work"}),
+    });
+    store.commit(&t).await.map_err(io(C))?;
+    let ha = store.history(&a, 0, 100).await.map_err(io(C))?;
+    ensure!(C, ha == events(1, 3), "history of {a}: {ha:?}");
+    let hb = store.history(&b, 0, 100).await.map_err(io(C))?;
+    ensure!(C, hb.len() == 1, "history of {b}: {hb:?}");
+    let defs = store.load_definitions().await.map_err(io(C))?;
+    ensure!(
+        C,
+        defs.iter().any(|d| d.name == def_name),
+        "definition missing"
+    );
+    let rec = store.idempotency(&scope, "k1", 10).await.map_err(io(C))?;
+    ensure!(C, rec.is_some(), "idempotency record missing");
+    let q = store.queue().await.map_err(io(C))?;
+    ensure!(
+        C,
+        q.iter()
+            .any(|op| matches!(op, QueueOp::Enqueue { execution_id, .. } if execution_id == &a)),
+        "queue row missing"
+    );
+    let mut t = tx(vec![]);
+    t.queue.push(QueueOp::Remove {
+        execution_id: a.clone(),
+        unit: "work".to_owned(),
+    });
+    store.commit(&t).await.map_err(io(C))?;
+    let q = store.queue().await.map_err(io(C))?;
+    ensure!(
+        C,
+        !q.iter()
+            .any(|op| matches!(op, QueueOp::Enqueue { execution_id, .. } if execution_id == &a)),
+        "queue row not removed"
+    );
+    Ok(())
+}
+
+/// Appends continue the sequence; `last_seq` follows.
+pub async fn seq_is_contiguous_across_appends(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "seq_is_contiguous_across_appends";
+    let a = unique("contig");
+    store
+        .commit(&tx(vec![append(&a, 0, 2)]))
+        .await
+        .map_err(io(C))?;
+    store
+        .commit(&tx(vec![append(&a, 2, 5)]))
+        .await
+        .map_err(io(C))?;
+    let h = store.history(&a, 0, 100).await.map_err(io(C))?;
+    let seqs: Vec<u64> = h.iter().map(|e| e.seq).collect();
+    ensure!(C, seqs == vec![1, 2, 3, 4, 5], "seqs {seqs:?}");
+    let after = store.history(&a, 3, 100).await.map_err(io(C))?;
+    ensure!(
+        C,
+        after.len() == 2 && after[0].seq == 4,
+        "after_seq=3 gave {after:?}"
+    );
+    let r = store.execution(&a).await.map_err(io(C))?;
+    ensure!(C, r.map(|r| r.last_seq) == Some(5), "last_seq not 5");
+    Ok(())
+}
+
+/// An append with a stale expected seq fails with `Conflict` naming it, and
+/// the other appends of the same batch are not applied either.
+pub async fn stale_seq_is_a_conflict_and_applies_nothing(
+    store: &dyn Storage,
+) -> Result<(), Violation> {
+    const C: &str = "stale_seq_is_a_conflict_and_applies_nothing";
+    let a = unique("stale");
+    let b = unique("innocent");
+    store
+        .commit(&tx(vec![append(&a, 0, 3)]))
+        .await
+        .map_err(io(C))?;
+    let result = store
+        .commit(&tx(vec![append(&b, 0, 2), append(&a, 1, 2)]))
+        .await;
+    match result {
+        Err(StorageError::Conflict { stale, fenced }) => {
+            ensure!(
+                C,
+                stale == vec![a.clone()] && fenced.is_empty(),
+                "conflict named {stale:?} / {fenced:?}"
+            );
+        }
+        other => return Err(fail(C, format!("expected Conflict, got {other:?}"))),
+    }
+    ensure!(
+        C,
+        store.execution(&b).await.map_err(io(C))?.is_none(),
+        "innocent append was applied"
+    );
+    ensure!(
+        C,
+        store.history(&b, 0, 100).await.map_err(io(C))?.is_empty(),
+        "innocent events were applied"
+    );
+    let h = store.history(&a, 0, 100).await.map_err(io(C))?;
+    ensure!(C, h == events(1, 3), "stale execution changed: {h:?}");
+    // A new execution whose id already exists is stale too.
+    let again = store.commit(&tx(vec![append(&a, 0, 1)])).await;
+    ensure!(
+        C,
+        matches!(again, Err(StorageError::Conflict { .. })),
+        "re-create gave {again:?}"
+    );
+    Ok(())
+}
+
+/// Events that do not continue from `after_seq + 1` are refused.
+pub async fn gap_in_seq_is_a_conflict(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "gap_in_seq_is_a_conflict";
+    let a = unique("gap");
+    store
+        .commit(&tx(vec![append(&a, 0, 1)]))
+        .await
+        .map_err(io(C))?;
+    let mut bad = append(&a, 1, 3);
+    bad.events.remove(0);
+    let r = store.commit(&tx(vec![bad])).await;
+    ensure!(
+        C,
+        matches!(r, Err(StorageError::Conflict { .. })),
+        "gap gave {r:?}"
+    );
+    ensure!(
+        C,
+        store.history(&a, 0, 100).await.map_err(io(C))?.len() == 1,
+        "gap applied"
+    );
+    Ok(())
+}
+
+/// A writer whose epoch is older than the stored owner's is fenced.
+pub async fn fenced_epoch_is_a_conflict(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "fenced_epoch_is_a_conflict";
+    let a = unique("fence");
+    let mut first = append(&a, 0, 1);
+    first.fence = Some(Fence {
+        node_id: "n2".to_owned(),
+        epoch: 2,
+    });
+    store.commit(&tx(vec![first])).await.map_err(io(C))?;
+    let mut stale_writer = append(&a, 1, 2);
+    stale_writer.fence = Some(Fence {
+        node_id: "n1".to_owned(),
+        epoch: 1,
+    });
+    match store.commit(&tx(vec![stale_writer])).await {
+        Err(StorageError::Conflict { fenced, .. }) => {
+            ensure!(C, fenced == vec![a.clone()], "fenced named {fenced:?}");
+        }
+        other => return Err(fail(C, format!("expected fenced Conflict, got {other:?}"))),
+    }
+    let mut owner = append(&a, 1, 2);
+    owner.fence = Some(Fence {
+        node_id: "n2".to_owned(),
+        epoch: 2,
+    });
+    store.commit(&tx(vec![owner])).await.map_err(io(C))?;
+    let mut takeover = append(&a, 2, 3);
+    takeover.fence = Some(Fence {
+        node_id: "n1".to_owned(),
+        epoch: 3,
+    });
+    store.commit(&tx(vec![takeover])).await.map_err(io(C))?;
+    ensure!(
+        C,
+        store.history(&a, 0, 100).await.map_err(io(C))?.len() == 3,
+        "owner writes lost"
+    );
+    Ok(())
+}
+
+/// Recovery reads (load_active, load_execution) give back exactly the
+/// committed events and projection; terminal executions are not active.
+pub async fn reads_return_exactly_what_was_committed(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "reads_return_exactly_what_was_committed";
+    let live = unique("live");
+    let done = unique("done");
+    store
+        .commit(&tx(vec![append(&live, 0, 4), append(&done, 0, 2)]))
+        .await
+        .map_err(io(C))?;
+    let mut finish = append(&done, 2, 3);
+    finish.projection = row(&done, "completed", 3);
+    finish.projection.output = Some(json!({"ok": true}));
+    store.commit(&tx(vec![finish])).await.map_err(io(C))?;
+    let active = store.load_active().await.map_err(io(C))?;
+    let mine: Vec<_> = active
+        .iter()
+        .filter(|e| e.row.id == live || e.row.id == done)
+        .collect();
+    ensure!(
+        C,
+        mine.len() == 1 && mine[0].row.id == live,
+        "active: {:?}",
+        mine.iter().map(|e| &e.row.id).collect::<Vec<_>>()
+    );
+    ensure!(C, mine[0].events == events(1, 4), "events differ");
+    ensure!(
+        C,
+        mine[0].row == row(&live, "running", 4),
+        "row differs: {:?}",
+        mine[0].row
+    );
+    let d = store.load_execution(&done).await.map_err(io(C))?;
+    let Some(d) = d else {
+        return Err(fail(C, "terminal execution missing"));
+    };
+    ensure!(
+        C,
+        d.row.status == "completed" && d.row.output == Some(json!({"ok": true})),
+        "row {:?}",
+        d.row
+    );
+    ensure!(C, d.events == events(1, 3), "events differ");
+    ensure!(
+        C,
+        store
+            .load_execution(&unique("none"))
+            .await
+            .map_err(io(C))?
+            .is_none(),
+        "phantom execution"
+    );
+    Ok(())
+}
+
+/// Listing is newest first, filters by status/workflow and pages with a
+/// `(created_at, id)` cursor.
+pub async fn list_is_newest_first_with_cursor(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "list_is_newest_first_with_cursor";
+    let workflow = unique("ListWf");
+    let ids: Vec<String> = (0..3).map(|i| format!("{}-{i}", unique("list"))).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let mut a = append(id, 0, 1);
+        a.projection.workflow = workflow.clone();
+        a.projection.created_at = 10 + i as u64;
+        store.commit(&tx(vec![a])).await.map_err(io(C))?;
+    }
+    let filter = ListFilter {
+        workflow: Some(workflow.clone()),
+        limit: 2,
+        ..ListFilter::default()
+    };
+    let page = store.list_executions(&filter).await.map_err(io(C))?;
+    let got: Vec<&str> = page.iter().map(|r| r.id.as_str()).collect();
+    ensure!(
+        C,
+        got == vec![ids[2].as_str(), ids[1].as_str()],
+        "page 1: {got:?}"
+    );
+    let last = &page[1];
+    let next = ListFilter {
+        before: Some((last.created_at, last.id.clone())),
+        ..filter.clone()
+    };
+    let page2 = store.list_executions(&next).await.map_err(io(C))?;
+    let got: Vec<&str> = page2.iter().map(|r| r.id.as_str()).collect();
+    ensure!(C, got == vec![ids[0].as_str()], "page 2: {got:?}");
+    let none = ListFilter {
+        status: Some("failed".to_owned()),
+        ..filter
+    };
+    ensure!(
+        C,
+        store
+            .list_executions(&none)
+            .await
+            .map_err(io(C))?
+            .is_empty(),
+        "status filter ignored"
+    );
+    Ok(())
+}
