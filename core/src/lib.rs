@@ -16,3 +16,4 @@ pub mod syntax;
 
 pub use check::{compile, definition_hash, Compiled, Definition, Source};
 pub use diagnostic::Diagnostic;
+pub use engine::{Config, Effect, Engine, IdSource, Input, Request, Response, StorageResult};

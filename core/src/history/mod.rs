@@ -1,8 +1,16 @@
-//! Execution histories: the event vocabulary, and (later) the fold of a
-//! history into an execution's projection and the `orbit logs` format.
+//! Execution histories: the event vocabulary (the on-disk format), the fold
+//! of a history into an execution's [`Projection`], and the `orbit logs`
+//! format.
 
 mod event;
+pub mod logs;
+mod projection;
+mod status;
+mod unit;
 
 pub use event::{
     CompensationReason, ErrorInfo, Event, EventKind, Millis, StaleOutcome, WorkflowError,
 };
+pub use projection::{Cancel, Compensation, Failure, Projection, StepState};
+pub use status::Status;
+pub use unit::{Dispatch, DispatchState, Unit, UnitName, UnitState};

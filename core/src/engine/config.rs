@@ -1,0 +1,30 @@
+//! Engine settings chosen by the operator (`orbit server` flags).
+
+use crate::history::Millis;
+
+/// Settings of one [`super::Engine`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `--session-timeout`: a worker session silent for longer is lost, and a
+    /// dispatch neither listed nor reported for this long never arrived.
+    pub session_timeout_ms: Millis,
+    /// `--max-active-executions`: cap on running or compensating top-level
+    /// executions (children are not counted and never wait).
+    pub max_active_executions: Option<u64>,
+    /// `--idempotency-ttl`: how long an API idempotency record is kept.
+    pub idempotency_ttl_ms: Millis,
+    /// The fencing epoch this node writes with (cluster shared mode); every
+    /// [`super::ExecutionAppend`] carries it.
+    pub epoch: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            session_timeout_ms: 30_000,
+            max_active_executions: None,
+            idempotency_ttl_ms: 24 * 60 * 60 * 1000,
+            epoch: None,
+        }
+    }
+}

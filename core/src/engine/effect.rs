@@ -1,0 +1,102 @@
+//! What [`super::Engine::handle`] asks its driver to do.
+
+use super::batch::Batch;
+use super::input::RequestId;
+use crate::history::{Event, Millis};
+use serde::{Deserialize, Serialize};
+
+/// One effect. A driver executes every effect returned by `handle`, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Write this batch atomically, then feed [`super::Input::Stored`].
+    Append(Batch),
+    /// Read these executions' histories from the store and feed
+    /// [`super::Input::Reloaded`].
+    Reload {
+        /// Execution ids.
+        executions: Vec<String>,
+    },
+    /// Answer a request (a long poll's tasks included).
+    Reply {
+        /// The request.
+        request: RequestId,
+        /// The answer.
+        response: Response,
+    },
+    /// Feed [`super::Input::Tick`] at (or after) this time. Only the latest
+    /// `WakeAt` matters; it is emitted whenever the earliest deadline changes.
+    WakeAt(Millis),
+    /// These events are now committed (for `orbit logs --follow`, metrics
+    /// and span export).
+    Committed {
+        /// Execution id.
+        execution_id: String,
+        /// The newly committed events.
+        events: Vec<Event>,
+    },
+}
+
+/// An HTTP-like answer: status and JSON body. Error bodies are
+/// `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// HTTP status code.
+    pub status: u16,
+    /// JSON body.
+    pub body: serde_json::Value,
+    /// True when this is a stored answer replayed for an idempotency key
+    /// (header `Idempotent-Replayed: true`).
+    pub replayed: bool,
+}
+
+impl Response {
+    /// A success answer.
+    pub fn ok(status: u16, body: serde_json::Value) -> Response {
+        Response {
+            status,
+            body,
+            replayed: false,
+        }
+    }
+
+    /// An error answer `{"error": {"code", "message"}}`.
+    pub fn error(status: u16, code: &str, message: impl Into<String>) -> Response {
+        Response {
+            status,
+            body: serde_json::json!({"error": {"code": code, "message": message.into()}}),
+            replayed: false,
+        }
+    }
+
+    /// The error code of an error answer.
+    pub fn error_code(&self) -> Option<&str> {
+        self.body.get("error")?.get("code")?.as_str()
+    }
+}
+
+/// A task as a worker receives it (seed `003_…`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// The delivery's token.
+    pub token: String,
+    /// Execution id.
+    pub execution_id: String,
+    /// Workflow name.
+    pub workflow: String,
+    /// Workflow version.
+    pub workflow_version: String,
+    /// The unit (`reserve[2]`, `compensate:charge`).
+    pub step_id: String,
+    /// Task name.
+    pub task_name: String,
+    /// The task contract's version.
+    pub contract_version: String,
+    /// The task's input.
+    pub input: serde_json::Value,
+    /// The unit's idempotency key.
+    pub idempotency_key: String,
+    /// Attempt number.
+    pub attempt: u32,
+    /// True for a redelivery of an uncertain attempt.
+    pub redelivery: bool,
+}

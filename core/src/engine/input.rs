@@ -1,0 +1,214 @@
+//! What a driver feeds into [`super::Engine::handle`]: client and worker
+//! requests, storage results, reloaded state, and the passing of time.
+
+use super::batch::{BatchId, DefinitionRecord, IdempotencyRecord, StorageResult, StoredExecution};
+use crate::history::{ErrorInfo, Status};
+use serde::{Deserialize, Serialize};
+
+/// The driver's handle on one request; every [`Request`] is answered by
+/// exactly one [`super::Effect::Reply`] carrying the same id (possibly much
+/// later: after a commit, or when a long poll or a wait ends).
+pub type RequestId = u64;
+
+/// One input of the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// Time passed: fire due timers, retries, timeouts, session and poll
+    /// deadlines. The driver feeds it at (or after) every
+    /// [`super::Effect::WakeAt`] time; extra ticks are harmless.
+    Tick,
+    /// A client or worker request.
+    Request {
+        /// Echoed in the reply.
+        id: RequestId,
+        /// What is asked.
+        request: Request,
+    },
+    /// The outcome of writing an [`super::Effect::Append`] batch.
+    Stored {
+        /// The batch's id.
+        batch: BatchId,
+        /// What the store did.
+        result: StorageResult,
+    },
+    /// What the store really holds for executions named in an
+    /// [`super::Effect::Reload`] (after an ambiguous or stale write). An
+    /// execution the store does not have is passed with no events.
+    Reloaded {
+        /// One entry per execution named in the `Reload`.
+        executions: Vec<StoredExecution>,
+    },
+    /// Startup: everything the store holds that the engine must know. Feed
+    /// it once, before any request. `executions` must include every
+    /// non-terminal execution (terminal ones may be included so that reads
+    /// and starts with their ids are answered from memory).
+    Recover {
+        /// Registered definitions.
+        definitions: Vec<DefinitionRecord>,
+        /// Executions with their full histories.
+        executions: Vec<StoredExecution>,
+        /// Unexpired API idempotency records.
+        idempotency: Vec<IdempotencyRecord>,
+    },
+    /// The client behind a parked request (long poll, wait) went away; the
+    /// engine forgets it without replying.
+    Abandoned {
+        /// The parked request.
+        id: RequestId,
+    },
+}
+
+/// The API-level idempotency scope of a creating request (seed `002_…`).
+/// The driver builds `key` from the caller's credential, the method, the
+/// concrete path and the `Idempotency-Key` header, and `fingerprint` from the
+/// canonical JSON of the body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotencyScope {
+    /// The scoped key.
+    pub key: String,
+    /// SHA-256 of the canonical request body.
+    pub fingerprint: String,
+}
+
+/// A client or worker request (the HTTP API of `api.md`, parsed).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// `POST /v1/definitions` with already compiled definitions (children
+    /// before parents, as `check::compile` returns them).
+    Deploy {
+        /// What to register.
+        definitions: Vec<DefinitionRecord>,
+        /// Optional idempotency scope.
+        idempotency: Option<IdempotencyScope>,
+    },
+    /// `GET /v1/definitions`.
+    ListDefinitions,
+    /// `GET /v1/definitions/{name}/{version}`.
+    GetDefinition {
+        /// Workflow name.
+        name: String,
+        /// Version.
+        version: String,
+    },
+    /// `POST /v1/executions`.
+    Start(Start),
+    /// `GET /v1/executions/{id}`.
+    GetExecution {
+        /// Execution id.
+        execution_id: String,
+    },
+    /// `GET /v1/executions?status=&workflow=&limit=&cursor=`.
+    ListExecutions(ListFilter),
+    /// `GET /v1/executions/{id}/history?after_seq=`.
+    History {
+        /// Execution id.
+        execution_id: String,
+        /// Only events with a larger seq.
+        after_seq: Option<u64>,
+    },
+    /// `POST /v1/executions/{id}/signals/{name}`.
+    Signal {
+        /// Execution id.
+        execution_id: String,
+        /// Signal name.
+        name: String,
+        /// Payload (null when absent).
+        payload: serde_json::Value,
+        /// Optional idempotency scope.
+        idempotency: Option<IdempotencyScope>,
+    },
+    /// `POST /v1/executions/{id}/cancel`.
+    Cancel {
+        /// Execution id.
+        execution_id: String,
+        /// The caller's reason.
+        reason: Option<String>,
+        /// Optional idempotency scope.
+        idempotency: Option<IdempotencyScope>,
+    },
+    /// `POST /v1/executions/{id}/wait?timeout_ms=`: answered when the
+    /// execution is terminal or the timeout passed, with the execution as
+    /// `GetExecution` shows it.
+    Wait {
+        /// Execution id.
+        execution_id: String,
+        /// How long to wait at most.
+        timeout_ms: u64,
+    },
+    /// `POST /v1/workers`.
+    RegisterWorker {
+        /// The worker's self-chosen id (`flaky-1`).
+        worker_id: String,
+        /// Exact names, `*`, or `prefix.*`.
+        task_patterns: Vec<String>,
+        /// Default cap on tasks per poll.
+        max_tasks: Option<u32>,
+    },
+    /// `POST /v1/workers/{session}/poll` (long poll).
+    Poll {
+        /// Session id.
+        session_id: String,
+        /// At most this many tasks.
+        max_tasks: Option<u32>,
+        /// Park for at most this long when nothing is queued.
+        wait_ms: u64,
+        /// Tokens the worker holds.
+        held: Vec<String>,
+    },
+    /// `POST /v1/workers/{session}/heartbeat`.
+    Heartbeat {
+        /// Session id.
+        session_id: String,
+        /// Tokens the worker holds.
+        held: Vec<String>,
+    },
+    /// `DELETE /v1/workers/{session}`.
+    Unregister {
+        /// Session id.
+        session_id: String,
+    },
+    /// `POST /v1/tasks/{token}/result`.
+    Result {
+        /// The delivery's token.
+        token: String,
+        /// What the worker reports.
+        outcome: Outcome,
+    },
+}
+
+/// The body of a start request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Start {
+    /// Workflow name.
+    pub workflow: String,
+    /// Version; `None` = the highest registered (semver order).
+    pub version: Option<String>,
+    /// The execution's input.
+    pub input: serde_json::Value,
+    /// Client-chosen id; `None` = generated.
+    pub execution_id: Option<String>,
+    /// Optional idempotency scope.
+    pub idempotency: Option<IdempotencyScope>,
+}
+
+/// Filters of a list request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListFilter {
+    /// Only executions with this status.
+    pub status: Option<Status>,
+    /// Only executions of this workflow.
+    pub workflow: Option<String>,
+    /// Page size (default 100, at most 1000).
+    pub limit: Option<usize>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// A worker's task result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// `{"output": ...}`.
+    Output(serde_json::Value),
+    /// `{"error": {code, message?, retryable?}}`.
+    Error(ErrorInfo),
+}

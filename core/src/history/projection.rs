@@ -1,0 +1,432 @@
+//! The fold of a history into an execution's state. [`Projection::apply`]
+//! is the only way state changes, so replaying a history from scratch and
+//! applying events one by one as they commit give the same value (a
+//! property test holds them equal).
+
+use super::event::{CompensationReason, ErrorInfo, Event, EventKind, Millis, WorkflowError};
+use super::status::Status;
+use super::unit::{Dispatch, DispatchState, Unit, UnitName, UnitState};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A requested cancellation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancel {
+    /// When it was requested.
+    pub at: Millis,
+    /// The caller's reason.
+    pub reason: Option<String>,
+}
+
+/// The first permanent failure, which starts the wind-down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// When it happened.
+    pub at: Millis,
+    /// The error the workflow fails with (its `step` is the failed unit).
+    pub error: WorkflowError,
+}
+
+/// Compensation in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compensation {
+    /// Why.
+    pub reason: CompensationReason,
+    /// Units to compensate, in order.
+    pub units: Vec<String>,
+    /// The first compensation unit that failed permanently, with its error.
+    pub failed: Option<(String, ErrorInfo)>,
+}
+
+/// The folded state of one step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StepState {
+    /// `StepFanOut` items.
+    pub items: Option<Vec<serde_json::Value>>,
+    /// `StepSkipped`.
+    pub skipped: bool,
+    /// `TimerStarted` fire time.
+    pub timer: Option<Millis>,
+    /// `TimerFired` recorded.
+    pub timer_fired: bool,
+    /// The consumed signal's payload.
+    pub signal: Option<serde_json::Value>,
+    /// Units of this step ever started (scheduled or child started).
+    pub units_started: usize,
+    /// Units of this step that succeeded.
+    pub units_succeeded: usize,
+    /// Units of this step that are resolved (succeeded or failed).
+    pub units_resolved: usize,
+    /// The first failure of the step or one of its units.
+    pub failed: Option<ErrorInfo>,
+    /// Latest time the step made progress towards success (its resolution
+    /// time once resolved).
+    pub progress_at: Millis,
+}
+
+/// Everything the engine knows about one execution, folded from its history.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Projection {
+    /// Execution id.
+    pub execution_id: String,
+    /// Workflow name.
+    pub workflow: String,
+    /// Workflow version.
+    pub version: String,
+    /// Pinned definition hash.
+    pub definition_hash: String,
+    /// The input.
+    pub input: serde_json::Value,
+    /// Parent execution id.
+    pub parent: Option<String>,
+    /// Current status (`Pending` before `WorkflowCreated` too).
+    pub status: Status,
+    /// Time of the first event.
+    pub created_at: Millis,
+    /// Time of the last event.
+    pub updated_at: Millis,
+    /// Time of `WorkflowStarted`.
+    pub started_at: Option<Millis>,
+    /// Seq of the last event (0: no event).
+    pub last_seq: u64,
+    /// A requested cancellation.
+    pub cancel: Option<Cancel>,
+    /// The first permanent failure (not recorded after a cancellation).
+    pub failure: Option<Failure>,
+    /// Per step, by name.
+    pub steps: BTreeMap<String, StepState>,
+    /// Per unit, by unit name.
+    pub units: BTreeMap<String, Unit>,
+    /// Non-compensation units in the order they succeeded.
+    pub successes: Vec<String>,
+    /// Unconsumed signals by name: seq -> payload.
+    pub signals: BTreeMap<String, BTreeMap<u64, serde_json::Value>>,
+    /// Compensation, once started.
+    pub compensation: Option<Compensation>,
+    /// The output, once completed.
+    pub output: Option<serde_json::Value>,
+    /// The error, once failed.
+    pub error: Option<WorkflowError>,
+    /// Every token ever issued: token -> unit.
+    pub tokens: BTreeMap<String, String>,
+    /// Units not yet resolved (for cheap scans).
+    pub open_units: BTreeSet<String>,
+}
+
+impl Projection {
+    /// An empty projection for `execution_id`.
+    pub fn new(execution_id: &str) -> Projection {
+        Projection {
+            execution_id: execution_id.to_string(),
+            ..Projection::default()
+        }
+    }
+
+    /// Folds a whole history.
+    pub fn fold<'a>(execution_id: &str, events: impl IntoIterator<Item = &'a Event>) -> Projection {
+        let mut p = Projection::new(execution_id);
+        for e in events {
+            p.apply(e);
+        }
+        p
+    }
+
+    /// True once cancellation was requested or a step failed permanently:
+    /// nothing new is scheduled.
+    pub fn winding_down(&self) -> bool {
+        self.cancel.is_some() || self.failure.is_some()
+    }
+
+    fn step_mut(&mut self, step: &str) -> &mut StepState {
+        self.steps.entry(step.to_string()).or_default()
+    }
+
+    fn unit_entry(&mut self, unit: &str, at: Millis) -> &mut Unit {
+        self.units.entry(unit.to_string()).or_insert_with(|| Unit {
+            name: UnitName::parse(unit),
+            task: String::new(),
+            contract_version: String::new(),
+            attempt: 0,
+            redelivery: false,
+            input: serde_json::Value::Null,
+            idempotency_key: String::new(),
+            first_scheduled_at: at,
+            dispatched: false,
+            state: UnitState::Idle,
+            dispatches: BTreeMap::new(),
+            resolved_at: None,
+        })
+    }
+
+    fn close_current(&mut self, unit: &str, state: DispatchState) {
+        if let Some(u) = self.units.get_mut(unit) {
+            if let UnitState::InFlight { token } = &u.state {
+                if let Some(d) = u.dispatches.get_mut(token) {
+                    d.state = state;
+                }
+            }
+        }
+    }
+
+    fn record_failure(&mut self, at: Millis, unit: &str, error: &ErrorInfo) {
+        let name = UnitName::parse(unit);
+        if name.compensation {
+            if let Some(c) = &mut self.compensation {
+                if c.failed.is_none() {
+                    c.failed = Some((unit.to_string(), error.clone()));
+                }
+            }
+            return;
+        }
+        let s = self.step_mut(&name.step);
+        if s.failed.is_none() {
+            s.failed = Some(error.clone());
+        }
+        if !self.winding_down() {
+            self.failure = Some(Failure {
+                at,
+                error: WorkflowError {
+                    code: error.code.clone(),
+                    message: error.message.clone(),
+                    step: Some(unit.to_string()),
+                },
+            });
+        }
+    }
+
+    fn resolve(&mut self, unit: &str, at: Millis, state: UnitState) {
+        let succeeded = matches!(state, UnitState::Succeeded { .. });
+        let u = self.unit_entry(unit, at);
+        let was_open = !u.is_resolved();
+        u.state = state;
+        u.resolved_at = Some(at);
+        let name = u.name.clone();
+        self.open_units.remove(unit);
+        if !was_open || name.compensation {
+            return;
+        }
+        let s = self.step_mut(&name.step);
+        s.units_resolved += 1;
+        if succeeded {
+            s.units_succeeded += 1;
+            s.progress_at = s.progress_at.max(at);
+            self.successes.push(unit.to_string());
+        }
+    }
+
+    /// Applies one event (the next in seq order).
+    pub fn apply(&mut self, event: &Event) {
+        let at = event.at;
+        if self.last_seq == 0 {
+            self.created_at = at;
+        }
+        self.last_seq = event.seq;
+        self.updated_at = at;
+        match &event.kind {
+            EventKind::WorkflowCreated {
+                workflow,
+                version,
+                definition_hash,
+                input,
+                parent,
+            } => {
+                self.workflow = workflow.clone();
+                self.version = version.clone();
+                self.definition_hash = definition_hash.clone();
+                self.input = input.clone();
+                self.parent = parent.clone();
+                self.status = Status::Pending;
+            }
+            EventKind::WorkflowStarted {} => {
+                self.status = Status::Running;
+                self.started_at = Some(at);
+            }
+            EventKind::StepFanOut { step, items } => {
+                let s = self.step_mut(step);
+                s.items = Some(items.clone());
+                s.progress_at = s.progress_at.max(at);
+            }
+            EventKind::StepScheduled {
+                step,
+                attempt,
+                redelivery,
+                input,
+                idempotency_key,
+                task,
+                contract_version,
+            } => {
+                let u = self.unit_entry(step, at);
+                let first = u.attempt == 0;
+                if first {
+                    u.first_scheduled_at = at;
+                }
+                u.attempt = *attempt;
+                u.redelivery = *redelivery;
+                u.input = input.clone();
+                u.idempotency_key = idempotency_key.clone();
+                u.task = task.clone();
+                u.contract_version = contract_version.clone();
+                u.state = UnitState::Queued { since: at };
+                let name = u.name.clone();
+                self.open_units.insert(step.clone());
+                if first && !name.compensation {
+                    self.step_mut(&name.step).units_started += 1;
+                }
+            }
+            EventKind::StepDispatched {
+                step,
+                attempt,
+                worker_id,
+                token,
+            } => {
+                let u = self.unit_entry(step, at);
+                u.dispatches.insert(
+                    token.clone(),
+                    Dispatch {
+                        attempt: *attempt,
+                        worker_id: worker_id.clone(),
+                        at,
+                        redelivery: u.redelivery,
+                        state: DispatchState::Current,
+                    },
+                );
+                u.dispatched = true;
+                u.state = UnitState::InFlight {
+                    token: token.clone(),
+                };
+                self.tokens.insert(token.clone(), step.clone());
+            }
+            EventKind::StepAttemptUncertain { step, .. } => {
+                self.close_current(step, DispatchState::Uncertain);
+                let u = self.unit_entry(step, at);
+                u.redelivery = true;
+                u.state = UnitState::Idle;
+            }
+            EventKind::StepSucceeded { step, output, .. } => {
+                self.close_current(step, DispatchState::Failed);
+                self.resolve(
+                    step,
+                    at,
+                    UnitState::Succeeded {
+                        output: output.clone(),
+                    },
+                );
+            }
+            EventKind::StepAttemptFailed { step, retry_at, .. } => {
+                self.close_current(step, DispatchState::Failed);
+                let u = self.unit_entry(step, at);
+                u.redelivery = false;
+                u.state = match retry_at {
+                    Some(t) => UnitState::Retrying { retry_at: *t },
+                    None => UnitState::Idle,
+                };
+            }
+            EventKind::StepFailed { step, error } => {
+                self.close_current(step, DispatchState::Failed);
+                let name = UnitName::parse(step);
+                let is_unit = self.units.contains_key(step) || name.index.is_some() || name.compensation;
+                self.record_failure(at, step, error);
+                if is_unit {
+                    self.resolve(
+                        step,
+                        at,
+                        UnitState::Failed {
+                            error: error.clone(),
+                        },
+                    );
+                }
+            }
+            EventKind::StepSkipped { step } => {
+                let s = self.step_mut(step);
+                s.skipped = true;
+                s.progress_at = s.progress_at.max(at);
+            }
+            EventKind::StaleResultIgnored { .. } => {}
+            EventKind::TimerStarted { step, fire_at } => {
+                self.step_mut(step).timer = Some(*fire_at);
+            }
+            EventKind::TimerFired { step, .. } => {
+                let s = self.step_mut(step);
+                s.timer_fired = true;
+                s.progress_at = s.progress_at.max(at);
+            }
+            EventKind::SignalReceived { name, payload } => {
+                self.signals
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(event.seq, payload.clone());
+            }
+            EventKind::SignalConsumed { step, signal_seq } => {
+                let mut payload = serde_json::Value::Null;
+                for buffer in self.signals.values_mut() {
+                    if let Some(p) = buffer.remove(signal_seq) {
+                        payload = p;
+                        break;
+                    }
+                }
+                let s = self.step_mut(step);
+                s.signal = Some(payload);
+                s.progress_at = s.progress_at.max(at);
+            }
+            EventKind::ChildStarted { step, child_id } => {
+                let u = self.unit_entry(step, at);
+                let first = u.attempt == 0;
+                u.attempt = 1;
+                u.first_scheduled_at = at;
+                u.state = UnitState::Child {
+                    child_id: child_id.clone(),
+                };
+                let name = u.name.clone();
+                self.open_units.insert(step.clone());
+                if first {
+                    self.step_mut(&name.step).units_started += 1;
+                }
+            }
+            EventKind::ChildCompleted { step, output, .. } => {
+                self.resolve(
+                    step,
+                    at,
+                    UnitState::Succeeded {
+                        output: output.clone(),
+                    },
+                );
+            }
+            EventKind::ChildFailed { step, error, .. } => {
+                self.record_failure(at, step, error);
+                self.resolve(
+                    step,
+                    at,
+                    UnitState::Failed {
+                        error: error.clone(),
+                    },
+                );
+            }
+            EventKind::CompensationStarted { reason, units } => {
+                self.status = Status::Compensating;
+                self.compensation = Some(Compensation {
+                    reason: *reason,
+                    units: units.clone(),
+                    failed: None,
+                });
+            }
+            EventKind::WorkflowCancelRequested { reason } => {
+                if self.cancel.is_none() {
+                    self.cancel = Some(Cancel {
+                        at,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            EventKind::WorkflowCompleted { output } => {
+                self.status = Status::Completed;
+                self.output = Some(output.clone());
+            }
+            EventKind::WorkflowFailed { error } => {
+                self.status = Status::Failed;
+                self.error = Some(error.clone());
+            }
+            EventKind::WorkflowCancelled {} => {
+                self.status = Status::Cancelled;
+            }
+        }
+    }
+}
