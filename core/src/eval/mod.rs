@@ -208,3 +208,8 @@ fn index_into(base: Value, index_ty: &Type, index: &Value) -> Result<Value, Eval
 fn dynamic_name(v: &Value) -> String {
     dynamic(v).type_name().to_string()
 }
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;

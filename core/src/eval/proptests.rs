@@ -1,0 +1,138 @@
+//! Property tests: canonical text is independent of key order, and checking
+//! a value against its contract is idempotent.
+
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn arb_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        (-1e12f64..1e12).prop_map(|f| json!(f)),
+        "[a-z\"\\\\ é]{0,6}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec(("[a-d]{1,2}", inner), 0..4)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+fn arb_type() -> impl Strategy<Value = Type> {
+    let leaf = prop_oneof![
+        Just(Type::String),
+        Just(Type::Int),
+        Just(Type::Float),
+        Just(Type::Bool),
+        Just(Type::Duration),
+        Just(Type::Json),
+    ];
+    leaf.prop_recursive(3, 16, 3, |inner| {
+        prop_oneof![
+            inner.clone().prop_map(|t| Type::List(Box::new(t))),
+            inner.clone().prop_map(|t| Type::Optional(Box::new(t))),
+            prop::collection::btree_map("[a-d]{1,2}", inner, 0..3).prop_map(Type::Record),
+        ]
+    })
+}
+
+/// Reverses the key order of every object (serde_json maps may or may not
+/// preserve insertion order; either way the canonical text must not move).
+fn reorder(v: &Value) -> Value {
+    match v {
+        Value::Array(items) => Value::Array(items.iter().map(reorder).collect()),
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> =
+                map.iter().map(|(k, v)| (k.clone(), reorder(v))).collect();
+            entries.reverse();
+            Value::Object(entries.into_iter().collect())
+        }
+        other => other.clone(),
+    }
+}
+
+fn string_of(v: &Value) -> Value {
+    let expr = Expr {
+        ty: Type::String,
+        kind: ExprKind::Call {
+            function: crate::ir::Function::String,
+            args: vec![Expr {
+                ty: Type::Json,
+                kind: ExprKind::Literal { value: v.clone() },
+            }],
+        },
+    };
+    let steps = BTreeMap::new();
+    let scope = Scope {
+        input: &Value::Null,
+        execution: &Value::Null,
+        steps: &steps,
+        vars: &steps,
+    };
+    evaluate(&expr, &scope).unwrap()
+}
+
+proptest! {
+    #[test]
+    fn string_of_a_record_is_stable_under_key_order(v in arb_json()) {
+        prop_assert_eq!(string_of(&v), string_of(&reorder(&v)));
+        prop_assert_eq!(canonical_json(&v), canonical_json(&reorder(&v)));
+    }
+
+    #[test]
+    fn canonical_json_reads_back_to_an_equal_value(v in arb_json()) {
+        let text = canonical_json(&v);
+        let back: Value = serde_json::from_str(&text).unwrap();
+        prop_assert!(values_equal(&back, &v));
+        prop_assert!(!text.contains(": ") && !text.contains(", "));
+    }
+
+    #[test]
+    fn check_value_is_idempotent(ty in arb_type(), v in arb_json()) {
+        if let Ok(once) = check_value(&ty, &v) {
+            let twice = check_value(&ty, &once).unwrap();
+            prop_assert_eq!(&twice, &once);
+            prop_assert_eq!(canonical_json(&twice), canonical_json(&once));
+        }
+    }
+
+    #[test]
+    fn check_value_accepts_what_it_produces_for_matching_shapes(
+        items in prop::collection::vec((any::<i32>(), "[a-z]{0,5}"), 0..5)
+    ) {
+        let ty = Type::List(Box::new(Type::Record(
+            [("qty".to_string(), Type::Int), ("sku".to_string(), Type::String)].into_iter().collect(),
+        )));
+        let v = Value::Array(items.iter().map(|(q, s)| json!({"qty": f64::from(*q), "sku": s})).collect());
+        let out = check_value(&ty, &v).unwrap();
+        for (got, (q, _)) in out.as_array().unwrap().iter().zip(&items) {
+            prop_assert_eq!(got["qty"].as_i64(), Some(i64::from(*q)));
+        }
+    }
+
+    #[test]
+    fn int_arithmetic_matches_checked_i64(a in any::<i64>(), b in any::<i64>()) {
+        let lit = |i: i64| Expr { ty: Type::Int, kind: ExprKind::Literal { value: json!(i) } };
+        let steps = BTreeMap::new();
+        let scope = Scope { input: &Value::Null, execution: &Value::Null, steps: &steps, vars: &steps };
+        for (op, expected) in [
+            (crate::ir::BinaryOp::Add, a.checked_add(b)),
+            (crate::ir::BinaryOp::Sub, a.checked_sub(b)),
+            (crate::ir::BinaryOp::Mul, a.checked_mul(b)),
+            (crate::ir::BinaryOp::Div, a.checked_div(b)),
+        ] {
+            let e = Expr { ty: Type::Int, kind: ExprKind::Binary { op, left: Box::new(lit(a)), right: Box::new(lit(b)) } };
+            match (evaluate(&e, &scope), expected) {
+                (Ok(v), Some(x)) => prop_assert_eq!(v, json!(x)),
+                (Err(_), None) => {}
+                (got, want) => prop_assert!(false, "{:?} {} {}: got {:?}, want {:?}", op, a, b, got, want),
+            }
+        }
+    }
+}
