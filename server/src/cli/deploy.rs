@@ -1,0 +1,91 @@
+//! `orbit deploy FILE...`: registers `.orbit` files with the server in one
+//! request (the server registers children before their parents).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use orbit_core::diagnostic::{render, Diagnostic};
+
+use super::common::{execute, print_json, ClientArgs, Failure, Outcome, EXIT_OK};
+use crate::sdk::{Error, SourceFile};
+
+/// `orbit deploy` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The `.orbit` files to register.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The `Idempotency-Key` to send (a UUIDv4 is generated otherwise).
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Server, token and output options.
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Runs `orbit deploy`.
+pub fn run(args: Args) -> ExitCode {
+    execute(&args.client, deploy(&args))
+}
+
+async fn deploy(args: &Args) -> Outcome {
+    let mut files = Vec::new();
+    for path in &args.files {
+        let source = std::fs::read_to_string(path).map_err(|e| {
+            Failure::usage("IO_ERROR", format!("cannot read {}: {e}", path.display()))
+        })?;
+        files.push(SourceFile {
+            filename: path.display().to_string(),
+            source,
+        });
+    }
+    let client = args.client.client()?;
+    let deployed = match client
+        .deploy_with_key(&files, args.idempotency_key.clone())
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => {
+            if !args.client.json {
+                print_diagnostics(&e, &files);
+            }
+            return Err(e.into());
+        }
+    };
+    if args.client.json {
+        print_json(&deployed)?;
+    } else {
+        for entry in deployed.entries() {
+            let what = entry.kind.as_deref().unwrap_or("");
+            let state = if entry.created {
+                "registered"
+            } else {
+                "unchanged"
+            };
+            let line = format!(
+                "{what} {} {} {} {state}",
+                entry.name, entry.version, entry.definition_hash
+            );
+            println!("{}", line.trim_start());
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Renders the diagnostics of a `422 COMPILE_ERROR` against the local files.
+fn print_diagnostics(error: &Error, files: &[SourceFile]) {
+    let Error::Api { details, .. } = error else {
+        return;
+    };
+    let Some(list) = details.get("diagnostics") else {
+        return;
+    };
+    let Ok(diagnostics) = serde_json::from_value::<Vec<Diagnostic>>(list.clone()) else {
+        return;
+    };
+    let sources: Vec<(&str, &str)> = files
+        .iter()
+        .map(|f| (f.filename.as_str(), f.source.as_str()))
+        .collect();
+    eprint!("{}", render(&diagnostics, &sources));
+}
