@@ -5,4 +5,5 @@
 //! per group commit); [`driver`] is the tokio task that owns the core
 //! `Engine`, feeds it requests and time, and executes its effects.
 
+pub mod driver;
 pub mod storage;

@@ -49,6 +49,13 @@ pub trait Storage: Send + Sync {
     async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError>;
     /// Every non-terminal execution with its full history (for recovery).
     async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError>;
+    /// Every execution, terminal ones included, with its full history,
+    /// oldest first.
+    async fn load_all(&self) -> Result<Vec<StoredExecution>, StorageError>;
+    /// Every idempotency record still live at `now`.
+    async fn idempotency_records(&self, now: u64) -> Result<Vec<IdempotencyRecord>, StorageError>;
+    /// How many executions have each status.
+    async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError>;
     /// One execution with its full history, if it exists.
     async fn load_execution(&self, id: &str) -> Result<Option<StoredExecution>, StorageError>;
     /// One execution's projection, if it exists.

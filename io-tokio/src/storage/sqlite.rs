@@ -165,7 +165,7 @@ impl SqliteStore {
         }
         for def in &tx.definitions {
             sqlx::query(
-                "INSERT INTO definitions (name, version, hash, kind, filename, source, body, registered_at) \
+                "INSERT OR IGNORE INTO definitions (name, version, hash, kind, filename, source, body, registered_at) \
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&def.name)
@@ -310,6 +310,22 @@ impl SqliteStore {
         Ok(())
     }
 
+    async fn load_where(&self, clause: &str) -> Result<Vec<StoredExecution>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions {clause} ORDER BY created_at, id"
+        ))
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let row = execution_row(r)?;
+            let events = self.events_of(&row.id, 0, u32::MAX).await?;
+            out.push(StoredExecution { row, events });
+        }
+        Ok(out)
+    }
+
     async fn events_of(
         &self,
         id: &str,
@@ -351,6 +367,17 @@ fn execution_row(r: &SqliteRow) -> Result<ExecutionRow, StorageError> {
         created_at: to_u64(r.try_get("created_at").map_err(unavailable)?),
         updated_at: to_u64(r.try_get("updated_at").map_err(unavailable)?),
         last_seq: to_u64(r.try_get("last_seq").map_err(unavailable)?),
+    })
+}
+
+fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
+    Ok(IdempotencyRecord {
+        scope: r.try_get("scope").map_err(unavailable)?,
+        key: r.try_get("key").map_err(unavailable)?,
+        fingerprint: r.try_get("fingerprint").map_err(unavailable)?,
+        status: u16::try_from(r.try_get::<i64, _>("status").map_err(unavailable)?).unwrap_or(500),
+        body: r.try_get("body").map_err(unavailable)?,
+        expires_at: to_u64(r.try_get("expires_at").map_err(unavailable)?),
     })
 }
 
@@ -408,20 +435,39 @@ impl Storage for SqliteStore {
     }
 
     async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {EXECUTION_COLUMNS} FROM executions \
-             WHERE status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_at, id"
-        ))
+        self.load_where("WHERE status NOT IN ('completed', 'failed', 'cancelled')")
+            .await
+    }
+
+    async fn load_all(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        self.load_where("").await
+    }
+
+    async fn idempotency_records(&self, now: u64) -> Result<Vec<IdempotencyRecord>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT scope, key, fingerprint, status, body, expires_at FROM idempotency WHERE expires_at > ?",
+        )
+        .bind(to_i64(now))
         .fetch_all(&self.readers)
         .await
         .map_err(unavailable)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let row = execution_row(r)?;
-            let events = self.events_of(&row.id, 0, u32::MAX).await?;
-            out.push(StoredExecution { row, events });
-        }
-        Ok(out)
+        rows.iter().map(idempotency_row).collect()
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        let rows =
+            sqlx::query("SELECT status, COUNT(*) FROM executions GROUP BY status ORDER BY status")
+                .fetch_all(&self.readers)
+                .await
+                .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>(0).map_err(unavailable)?,
+                    to_u64(r.try_get::<i64, _>(1).map_err(unavailable)?),
+                ))
+            })
+            .collect()
     }
 
     async fn load_execution(&self, id: &str) -> Result<Option<StoredExecution>, StorageError> {
@@ -498,18 +544,7 @@ impl Storage for SqliteStore {
         .fetch_optional(&self.readers)
         .await
         .map_err(unavailable)?;
-        row.map(|r| {
-            Ok(IdempotencyRecord {
-                scope: r.try_get("scope").map_err(unavailable)?,
-                key: r.try_get("key").map_err(unavailable)?,
-                fingerprint: r.try_get("fingerprint").map_err(unavailable)?,
-                status: u16::try_from(r.try_get::<i64, _>("status").map_err(unavailable)?)
-                    .unwrap_or(500),
-                body: r.try_get("body").map_err(unavailable)?,
-                expires_at: to_u64(r.try_get("expires_at").map_err(unavailable)?),
-            })
-        })
-        .transpose()
+        row.as_ref().map(idempotency_row).transpose()
     }
 
     async fn queue(&self) -> Result<Vec<QueueOp>, StorageError> {

@@ -1,0 +1,263 @@
+//! The production driver: one tokio task owns the core [`Engine`], takes
+//! requests over a channel (each with a oneshot for its reply), feeds it the
+//! time (a 100 ms ticker plus the engine's `WakeAt`), and executes its
+//! effects — appends through [`Storage`] with group commit, reloads, replies
+//! and committed-event notifications.
+
+mod convert;
+mod event_loop;
+mod metrics;
+
+pub use convert::LOCAL_NODE;
+pub use metrics::{Histogram, Metrics};
+
+use crate::storage::{Storage, StorageError};
+use orbit_core::engine::{Config, Engine, Input, Request, RequestId, Response};
+use orbit_core::history::{Event, Millis};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// Settings of a [`Driver`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The engine's settings.
+    pub engine: Config,
+    /// How often time is fed to the engine even without a `WakeAt`.
+    pub tick: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            engine: Config::default(),
+            tick: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Events of one execution that just became durable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Committed {
+    /// The execution.
+    pub execution_id: String,
+    /// The new events, by `seq`.
+    pub events: Vec<Event>,
+}
+
+pub(crate) enum Command {
+    Request {
+        id: RequestId,
+        request: Request,
+        reply: oneshot::Sender<Response>,
+    },
+    Abandon(RequestId),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Milliseconds since the Unix epoch from the system clock.
+pub fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+struct Shared {
+    commands: mpsc::UnboundedSender<Command>,
+    next_id: AtomicU64,
+    committed: broadcast::Sender<Committed>,
+    metrics: Arc<Metrics>,
+    ready: AtomicBool,
+    store: Arc<dyn Storage>,
+    session_timeout_ms: Millis,
+}
+
+/// A cheap, cloneable handle on the running driver.
+#[derive(Clone)]
+pub struct Driver {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").finish_non_exhaustive()
+    }
+}
+
+/// Sends `Abandoned` for a request whose caller went away before its reply.
+struct AbandonGuard {
+    id: RequestId,
+    commands: mpsc::UnboundedSender<Command>,
+    armed: bool,
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.commands.send(Command::Abandon(self.id));
+        }
+    }
+}
+
+impl Driver {
+    /// Recovers the engine from `store` (definitions, executions, live
+    /// idempotency records) and spawns the event loop.
+    pub async fn start(store: Arc<dyn Storage>, options: Options) -> Result<Driver, StorageError> {
+        let now = now_ms();
+        let definitions = store
+            .load_definitions()
+            .await?
+            .iter()
+            .filter_map(|d| {
+                let decoded = convert::definition_from_store(d);
+                if decoded.is_none() {
+                    tracing::error!(name = %d.name, version = %d.version, "stored definition does not decode; skipped");
+                }
+                decoded
+            })
+            .collect();
+        let executions = store
+            .load_all()
+            .await?
+            .into_iter()
+            .map(convert::execution_from_store)
+            .collect::<Vec<_>>();
+        let idempotency = store
+            .idempotency_records(now)
+            .await?
+            .iter()
+            .map(convert::idempotency_from_store)
+            .collect();
+        tracing::info!(executions = executions.len(), "recovering");
+        let mut engine = Engine::new(
+            options.engine.clone(),
+            Box::new(|| uuid::Uuid::new_v4().to_string()),
+        );
+        let initial = engine.handle(
+            now,
+            Input::Recover {
+                definitions,
+                executions,
+                idempotency,
+            },
+        );
+        let (commands, rx) = mpsc::unbounded_channel();
+        let (committed, _) = broadcast::channel(1024);
+        let metrics = Arc::new(Metrics::default());
+        let shared = Arc::new(Shared {
+            commands,
+            next_id: AtomicU64::new(1),
+            committed: committed.clone(),
+            metrics: metrics.clone(),
+            ready: AtomicBool::new(false),
+            store: store.clone(),
+            session_timeout_ms: options.engine.session_timeout_ms,
+        });
+        let event_loop =
+            event_loop::EventLoop::new(engine, store, rx, committed, metrics, options.tick);
+        tokio::spawn(event_loop.run(initial));
+        shared.ready.store(true, Ordering::SeqCst);
+        Ok(Driver { shared })
+    }
+
+    /// Sends `request` to the engine and waits for its reply. If this future
+    /// is dropped first (the client went away), the engine is told.
+    pub async fn call(&self, request: Request) -> Response {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let kind = SessionChange::of(&request);
+        if self
+            .shared
+            .commands
+            .send(Command::Request {
+                id,
+                request,
+                reply: tx,
+            })
+            .is_err()
+        {
+            return shutting_down();
+        }
+        let mut guard = AbandonGuard {
+            id,
+            commands: self.shared.commands.clone(),
+            armed: true,
+        };
+        let response = rx.await;
+        guard.armed = false;
+        match response {
+            Ok(r) => {
+                if r.status == 200 {
+                    match kind {
+                        SessionChange::Opened => {
+                            self.shared.metrics.sessions.fetch_add(1, Ordering::Relaxed);
+                        }
+                        SessionChange::Closed => {
+                            self.shared.metrics.sessions.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        SessionChange::None => {}
+                    }
+                }
+                r
+            }
+            Err(_) => shutting_down(),
+        }
+    }
+
+    /// Committed events of every execution, as they become durable.
+    pub fn subscribe(&self) -> broadcast::Receiver<Committed> {
+        self.shared.committed.subscribe()
+    }
+
+    /// The driver's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// The store the driver commits to (for reads and health checks).
+    pub fn store(&self) -> &Arc<dyn Storage> {
+        &self.shared.store
+    }
+
+    /// Whether recovery finished and the loop is running.
+    pub fn is_ready(&self) -> bool {
+        self.shared.ready.load(Ordering::SeqCst) && !self.shared.commands.is_closed()
+    }
+
+    /// The configured session timeout.
+    pub fn session_timeout_ms(&self) -> Millis {
+        self.shared.session_timeout_ms
+    }
+
+    /// Stops the loop after the commit in flight (and the batches waiting for
+    /// it) are written; requests still parked are answered with 503.
+    pub async fn shutdown(&self) {
+        self.shared.ready.store(false, Ordering::SeqCst);
+        let (tx, rx) = oneshot::channel();
+        if self.shared.commands.send(Command::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+enum SessionChange {
+    Opened,
+    Closed,
+    None,
+}
+
+impl SessionChange {
+    fn of(request: &Request) -> SessionChange {
+        match request {
+            Request::RegisterWorker { .. } => SessionChange::Opened,
+            Request::Unregister { .. } => SessionChange::Closed,
+            _ => SessionChange::None,
+        }
+    }
+}
+
+fn shutting_down() -> Response {
+    Response::error(503, "SHUTTING_DOWN", "the server is shutting down")
+}
