@@ -7,6 +7,7 @@
 //! underlined line; JSON ([`to_json`]) does not.
 
 pub mod codes;
+pub mod explain;
 
 use codespan_reporting::diagnostic as cs;
 use codespan_reporting::files::SimpleFiles;
