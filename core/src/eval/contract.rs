@@ -6,8 +6,10 @@
 //! `Float` accepts any number and normalizes it to a float (`1` becomes
 //! `1.0`); `Json` accepts anything, unchanged. Records keep extra fields
 //! unchanged; a missing or mistyped declared field is a violation, except
-//! that a field of optional type may be omitted — it is then added as `null`,
-//! so the normalized value always carries every declared field.
+//! that a field of optional type (or of type `Json`, which `null` inhabits)
+//! may be omitted — it is then added as `null`, so the normalized value
+//! always carries every declared field. The compiler applies the same rule
+//! to `with` records.
 
 use super::value::{integer_of, type_name, value_name};
 use crate::ir::Type;
@@ -140,7 +142,9 @@ fn check(ty: &Type, value: &Value, path: &mut String) -> Result<Value, Violation
                 }
                 path.push_str(name);
                 let result = match map.get(name) {
-                    None if matches!(field_ty, Type::Optional(_) | Type::Null) => Ok(Value::Null),
+                    None if matches!(field_ty, Type::Optional(_) | Type::Null | Type::Json) => {
+                        Ok(Value::Null)
+                    }
                     None => Err(Violation {
                         path: path.clone(),
                         kind: ViolationKind::MissingField {
