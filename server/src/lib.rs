@@ -1,4 +1,5 @@
 //! `orbit-server` as a library: the HTTP API, the `orbit` command line, and
 //! the Rust SDK (client and worker) that talks to a server over HTTP.
 
+pub mod api;
 pub mod sdk;

@@ -1,0 +1,57 @@
+//! `/healthz` (the process is up), `/readyz` (recovered and the store
+//! answers), `/metrics` (Prometheus text).
+
+use super::error::ApiError;
+use super::AppState;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "`{status: ok}`")))]
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// Recovered and able to reach the store.
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "NOT_READY")))]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    if !state.driver.is_ready() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NOT_READY",
+            "the server is not running its engine",
+        ));
+    }
+    if let Err(e) = state.driver.store().ping().await {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NOT_READY",
+            format!("the store does not answer: {e}"),
+        ));
+    }
+    Ok(Json(json!({"status": "ready"})))
+}
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let by_status = match state.driver.store().count_by_status().await {
+        Ok(counts) => counts,
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: cannot count executions");
+            Vec::new()
+        }
+    };
+    let text = state.driver.metrics().render(&by_status);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}

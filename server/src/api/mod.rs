@@ -1,0 +1,91 @@
+//! The HTTP API of `api.md` over axum: definitions, executions, the worker
+//! protocol, health, metrics and the OpenAPI document. [`app`] builds the
+//! router from an [`AppState`] without binding a socket, so tests drive it
+//! with `tower::ServiceExt::oneshot`.
+
+mod definitions;
+pub mod error;
+mod executions;
+pub mod extract;
+mod health;
+mod history;
+pub mod openapi;
+mod reply;
+mod workers;
+
+pub use error::ApiError;
+pub use reply::{event_json, rfc3339};
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use orbit_io_tokio::driver::Driver;
+
+/// Default `--max-body`: 4 MiB.
+pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The running driver (engine + storage).
+    pub driver: Driver,
+    /// Largest request body accepted, in bytes.
+    pub max_body: usize,
+}
+
+impl AppState {
+    /// State over `driver` with the default body limit.
+    pub fn new(driver: Driver) -> AppState {
+        AppState {
+            driver,
+            max_body: DEFAULT_MAX_BODY,
+        }
+    }
+}
+
+/// The API router.
+pub fn app(state: AppState) -> Router {
+    let max_body = state.max_body;
+    Router::new()
+        .route(
+            "/v1/definitions",
+            post(definitions::deploy).get(definitions::list),
+        )
+        .route(
+            "/v1/definitions/{name}/{version}",
+            get(definitions::get_one),
+        )
+        .route(
+            "/v1/executions",
+            post(executions::start).get(executions::list),
+        )
+        .route("/v1/executions/{id}", get(executions::get_one))
+        .route("/v1/executions/{id}/history", get(history::history))
+        .route(
+            "/v1/executions/{id}/signals/{name}",
+            post(executions::signal),
+        )
+        .route("/v1/executions/{id}/cancel", post(executions::cancel))
+        .route("/v1/executions/{id}/wait", post(executions::wait))
+        .route("/v1/workers", post(workers::register))
+        .route("/v1/workers/{session}", delete(workers::unregister))
+        .route("/v1/workers/{session}/poll", post(workers::poll))
+        .route("/v1/workers/{session}/heartbeat", post(workers::heartbeat))
+        .route("/v1/tasks/{token}/result", post(workers::result))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/openapi.json", get(openapi::serve))
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        "this route does not accept that method",
+    )
+}

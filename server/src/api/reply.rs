@@ -1,0 +1,61 @@
+//! Turning the engine's answers into HTTP responses, and history events into
+//! their API JSON (`{"seq", "at": RFC 3339, "type", ...fields}`).
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use orbit_core::engine;
+use orbit_core::history::{Event, Millis};
+use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+/// `ms` since the epoch as RFC 3339 UTC with millisecond precision.
+pub fn rfc3339(ms: Millis) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+/// One history event as the API shows it.
+pub fn event_json(event: &Event) -> Value {
+    let mut v = serde_json::to_value(event).unwrap_or(Value::Null);
+    fix_at(&mut v);
+    v
+}
+
+/// Rewrites a numeric `at` into RFC 3339 text.
+fn fix_at(v: &mut Value) {
+    if let Some(obj) = v.as_object_mut() {
+        if let Some(ms) = obj.get("at").and_then(Value::as_u64) {
+            obj.insert("at".to_owned(), Value::String(rfc3339(ms)));
+        }
+    }
+}
+
+/// Converts an engine answer into an HTTP response. History bodies get
+/// their event timestamps in RFC 3339.
+pub fn respond(r: engine::Response) -> Response {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut body = r.body;
+    if let Some(events) = body.get_mut("events").and_then(Value::as_array_mut) {
+        events.iter_mut().for_each(fix_at);
+    }
+    if status.is_server_error() {
+        if let Some(code) = r_code(&body) {
+            tracing::warn!(code, status = status.as_u16(), "request failed");
+        }
+    }
+    let mut response = (status, axum::Json(body)).into_response();
+    if r.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+fn r_code(body: &Value) -> Option<&str> {
+    body.get("error")?.get("code")?.as_str()
+}
