@@ -1,0 +1,529 @@
+//! SDK worker behaviour against a scripted fake of the worker protocol:
+//! task fields reach the handler, results are retried until answered,
+//! `accepted: false` is final, `UNKNOWN_SESSION` re-registers and re-attaches
+//! held tokens, the cancel list stops handlers, `max_tasks` bounds
+//! concurrency, and shutdown unregisters.
+
+#![allow(clippy::unwrap_used)]
+
+mod sdk_support;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use orbit_server::sdk::{Backoff, Error, Task, TaskError, Worker, WorkerBuilder};
+use sdk_support::{dead_port, Fake, Reply, Req};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot, Notify};
+
+const FAST: Backoff = Backoff {
+    initial: Duration::from_millis(5),
+    factor: 2.0,
+    max: Duration::from_millis(40),
+};
+
+/// The fake server's worker-protocol state.
+#[derive(Default)]
+struct Proto {
+    registrations: AtomicUsize,
+    tasks: Mutex<VecDeque<Value>>,
+    unknown: Mutex<BTreeSet<String>>,
+    results: Mutex<VecDeque<Reply>>,
+    cancel: Mutex<Vec<String>>,
+    register_reply: Mutex<Option<Reply>>,
+}
+
+impl Proto {
+    fn answer(&self, req: &Req) -> Reply {
+        let path = req.path.as_str();
+        if req.method == "POST" && path == "/v1/workers" {
+            if let Some(r) = self.register_reply.lock().unwrap().clone() {
+                return r;
+            }
+            let n = self.registrations.fetch_add(1, Ordering::SeqCst) + 1;
+            return Reply::ok(json!({"session_id": format!("s{n}"), "session_timeout_ms": 3000}));
+        }
+        if let Some(rest) = path.strip_prefix("/v1/workers/") {
+            let session = rest.split('/').next().unwrap_or("");
+            if self.unknown.lock().unwrap().remove(session) {
+                return Reply::error(404, "UNKNOWN_SESSION");
+            }
+            if rest.ends_with("/poll") {
+                let max = req.body["max_tasks"].as_u64().unwrap_or(1) as usize;
+                let mut queue = self.tasks.lock().unwrap();
+                let n = max.min(queue.len());
+                let tasks: Vec<Value> = queue.drain(..n).collect();
+                let reply = Reply::ok(json!({ "tasks": tasks }));
+                return if n == 0 {
+                    reply.after(Duration::from_millis(20))
+                } else {
+                    reply
+                };
+            }
+            if rest.ends_with("/heartbeat") {
+                let held: Vec<String> = serde_json::from_value(req.body["held"].clone()).unwrap();
+                let cancel: Vec<String> = self
+                    .cancel
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|t| held.contains(t))
+                    .cloned()
+                    .collect();
+                return Reply::ok(json!({ "cancel": cancel }));
+            }
+            if req.method == "DELETE" {
+                return Reply::ok(json!({}));
+            }
+        }
+        if path.starts_with("/v1/tasks/") && path.ends_with("/result") {
+            return self
+                .results
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Reply::ok(json!({"accepted": true})));
+        }
+        Reply::error(404, "NOT_FOUND")
+    }
+}
+
+async fn fake(proto: &Arc<Proto>) -> Fake {
+    let p = Arc::clone(proto);
+    Fake::start(move |req, _| p.answer(req)).await
+}
+
+fn task(token: &str, name: &str) -> Value {
+    json!({
+        "token": token, "execution_id": "u-1", "workflow": "Plain", "workflow_version": "1.0.0",
+        "step_id": "work", "task_name": name, "contract_version": "1.0.0", "input": {"n": 1},
+        "idempotency_key": "u-1/work", "attempt": 1, "redelivery": false
+    })
+}
+
+fn builder(id: &str) -> WorkerBuilder {
+    Worker::builder(id)
+        .poll_wait(Duration::from_millis(50))
+        .heartbeat_interval(Duration::from_millis(20))
+        .backoff(FAST)
+        .shutdown_grace(Duration::from_secs(2))
+}
+
+/// Runs a worker in the background; send on the returned channel to stop it.
+fn spawn(
+    worker: Worker,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), Error>>,
+) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        worker
+            .run(async move {
+                let _ = rx.await;
+            })
+            .await
+    });
+    (tx, handle)
+}
+
+fn results(fake: &Fake) -> Vec<Req> {
+    fake.matching("POST", "/v1/tasks/")
+}
+
+#[tokio::test]
+async fn handler_gets_the_task_and_results_are_retried_until_answered() {
+    let proto = Arc::new(Proto::default());
+    let mut t = task("tok-1", "demo.work");
+    t["attempt"] = json!(2);
+    t["redelivery"] = json!(true);
+    t["idempotency_key"] = json!("charge-o-1");
+    proto.tasks.lock().unwrap().push_back(t);
+    proto.results.lock().unwrap().extend([
+        Reply::error(503, "STORAGE_ERROR"),
+        Reply::error(500, "INTERNAL"),
+    ]);
+    let fake = fake(&proto).await;
+    let (seen_tx, mut seen_rx) = mpsc::unbounded_channel::<Task>();
+    let worker = builder("w-1")
+        .handler("demo.work", move |task: Task| {
+            let seen = seen_tx.clone();
+            async move {
+                let n = task.input["n"].as_i64().unwrap_or(0);
+                seen.send(task).unwrap();
+                Ok(json!({ "doubled": n * 2 }))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    let got = seen_rx.recv().await.unwrap();
+    assert_eq!(got.token, "tok-1");
+    assert_eq!(got.idempotency_key, "charge-o-1");
+    assert_eq!(got.attempt, 2);
+    assert!(got.redelivery);
+    assert_eq!(got.step_id, "work");
+    fake.until("three result posts", |r| {
+        r.iter()
+            .filter(|r| r.path.starts_with("/v1/tasks/"))
+            .count()
+            >= 3
+    })
+    .await;
+    // Accepted at the third try: no more posts.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let posts = results(&fake);
+    assert_eq!(posts.len(), 3);
+    for p in &posts {
+        assert_eq!(p.path, "/v1/tasks/tok-1/result");
+        assert_eq!(p.body, json!({"output": {"doubled": 2}}));
+    }
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+    let reqs = fake.requests();
+    let register = &reqs[0];
+    assert_eq!(register.path, "/v1/workers");
+    assert_eq!(
+        register.body,
+        json!({"worker_id": "w-1", "task_patterns": ["demo.work"], "max_tasks": 4})
+    );
+    assert_eq!(reqs.last().unwrap().method, "DELETE");
+    assert_eq!(reqs.last().unwrap().path, "/v1/workers/s1");
+}
+
+#[tokio::test]
+async fn accepted_false_is_final() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    proto.results.lock().unwrap().push_back(Reply::ok(
+        json!({"accepted": false, "reason": "duplicate result; step already resolved"}),
+    ));
+    let fake = fake(&proto).await;
+    let worker = builder("w-1")
+        .handler("demo.work", |_t: Task| async {
+            Err(TaskError::retryable("FLAKY", "try again"))
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("one result post", |r| {
+        r.iter().any(|r| r.path.starts_with("/v1/tasks/"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let posts = results(&fake);
+    assert_eq!(posts.len(), 1);
+    assert_eq!(
+        posts[0].body,
+        json!({"error": {"code": "FLAKY", "message": "try again", "retryable": true}})
+    );
+    // The token is no longer held once the server answered.
+    let heartbeats = fake.matching("POST", "/v1/workers/s1/heartbeat");
+    let last = heartbeats.last().unwrap();
+    assert_eq!(last.body, json!({"held": []}));
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn unknown_session_registers_again_and_reattaches_held_tokens() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    let fake = fake(&proto).await;
+    let release = Arc::new(Notify::new());
+    let gate = Arc::clone(&release);
+    let worker = builder("w-1")
+        .heartbeat_interval(Duration::from_secs(60)) // only the re-attach heartbeat
+        .handler("demo.work", move |_t: Task| {
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.notified().await;
+                Ok(json!("done"))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker.clone());
+    fake.until("a poll listing the held token", |r| {
+        r.iter()
+            .any(|r| r.path.ends_with("/poll") && r.body["held"] == json!(["tok-1"]))
+    })
+    .await;
+    assert_eq!(worker.held_tokens(), vec!["tok-1".to_string()]);
+    // The server forgets the session (a restart).
+    proto.unknown.lock().unwrap().insert("s1".into());
+    fake.until("a heartbeat on the new session re-attaching tok-1", |r| {
+        r.iter()
+            .any(|r| r.path == "/v1/workers/s2/heartbeat" && r.body == json!({"held": ["tok-1"]}))
+    })
+    .await;
+    assert_eq!(proto.registrations.load(Ordering::SeqCst), 2);
+    release.notify_one();
+    fake.until("the result", |r| {
+        r.iter().any(|r| r.path == "/v1/tasks/tok-1/result")
+    })
+    .await;
+    assert_eq!(results(&fake)[0].body, json!({"output": "done"}));
+    // Polls continue on the new session.
+    fake.until("a poll on s2", |r| {
+        r.iter().any(|r| r.path == "/v1/workers/s2/poll")
+    })
+    .await;
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+    assert_eq!(fake.requests().last().unwrap().path, "/v1/workers/s2");
+}
+
+/// Sets a flag when dropped: proves a handler future was stopped.
+struct DropFlag(Arc<AtomicUsize>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn the_cancel_list_stops_the_handler_and_reports_cancelled() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    let fake = fake(&proto).await;
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(Notify::new());
+    let (d, s) = (Arc::clone(&dropped), Arc::clone(&started));
+    let worker = builder("w-1")
+        .handler("demo.work", move |_t: Task| {
+            let flag = DropFlag(Arc::clone(&d));
+            let started = Arc::clone(&s);
+            async move {
+                let _flag = flag;
+                started.notify_one();
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok(json!("never"))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    started.notified().await;
+    proto.cancel.lock().unwrap().push("tok-1".into());
+    fake.until("the CANCELLED result", |r| {
+        r.iter().any(|r| r.path == "/v1/tasks/tok-1/result")
+    })
+    .await;
+    assert_eq!(
+        results(&fake)[0].body,
+        json!({"error": {"code": "CANCELLED", "retryable": false}})
+    );
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the handler was stopped");
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_finished_handler_on_the_cancel_list_reports_its_output() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    // The server is unavailable for results for a while; meanwhile every
+    // heartbeat cancels the token.
+    for _ in 0..6 {
+        proto
+            .results
+            .lock()
+            .unwrap()
+            .push_back(Reply::error(503, "STORAGE_ERROR"));
+    }
+    proto.cancel.lock().unwrap().push("tok-1".into());
+    let fake = fake(&proto).await;
+    let worker = builder("w-1")
+        .heartbeat_interval(Duration::from_millis(5))
+        .handler("demo.work", |_t: Task| async {
+            Ok(json!({"charged": true}))
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("seven result posts", |r| {
+        r.iter()
+            .filter(|r| r.path.starts_with("/v1/tasks/"))
+            .count()
+            >= 7
+    })
+    .await;
+    for p in results(&fake) {
+        assert_eq!(p.body, json!({"output": {"charged": true}}));
+    }
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn max_tasks_bounds_concurrency_and_polls_ask_only_for_free_slots() {
+    let proto = Arc::new(Proto::default());
+    for i in 0..6 {
+        proto
+            .tasks
+            .lock()
+            .unwrap()
+            .push_back(task(&format!("tok-{i}"), "demo.work"));
+    }
+    let fake = fake(&proto).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
+    let worker = builder("w-1")
+        .max_tasks(2)
+        .handler("demo.work", move |_t: Task| {
+            let (running, peak) = (Arc::clone(&r), Arc::clone(&p));
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(json!(null))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("six results", |r| {
+        r.iter()
+            .filter(|r| r.path.starts_with("/v1/tasks/"))
+            .count()
+            >= 6
+    })
+    .await;
+    assert_eq!(peak.load(Ordering::SeqCst), 2);
+    for poll in fake.matching("POST", "/v1/workers/s1/poll") {
+        let asked = poll.body["max_tasks"].as_u64().unwrap() as usize;
+        let held = poll.body["held"].as_array().unwrap().len();
+        assert!(asked >= 1 && asked + held <= 2, "poll {:?}", poll.body);
+    }
+    assert_eq!(fake.matching("POST", "/v1/workers")[0].body["max_tasks"], 2);
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_is_down_at_start_is_waited_for() {
+    let addr = dead_port().await;
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    let worker = builder("w-1")
+        .handler("demo.work", |_t: Task| async { Ok(json!(1)) })
+        .connect(&format!("http://{addr}"))
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let p = Arc::clone(&proto);
+    let fake = Fake::on(listener, move |req, _| p.answer(req));
+    fake.until("the result", |r| {
+        r.iter().any(|r| r.path == "/v1/tasks/tok-1/result")
+    })
+    .await;
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_registration_ends_run_with_the_error() {
+    let proto = Arc::new(Proto::default());
+    *proto.register_reply.lock().unwrap() = Some(Reply::error(403, "FORBIDDEN"));
+    let fake = fake(&proto).await;
+    let worker = builder("w-1")
+        .patterns(vec!["payments.*".into()])
+        .handler("payments.charge", |_t: Task| async { Ok(json!(1)) })
+        .connect(&fake.url())
+        .unwrap();
+    let err = worker.run(std::future::pending()).await.unwrap_err();
+    assert_eq!(err.code(), Some("FORBIDDEN"));
+    assert_eq!(
+        fake.requests()[0].body["task_patterns"],
+        json!(["payments.*"])
+    );
+}
+
+#[tokio::test]
+async fn a_task_without_handler_fails_retryably() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "other.task"));
+    let fake = fake(&proto).await;
+    let worker = builder("w-1")
+        .patterns(vec!["*".into()])
+        .handler("demo.work", |_t: Task| async { Ok(json!(1)) })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("the result", |r| {
+        r.iter().any(|r| r.path == "/v1/tasks/tok-1/result")
+    })
+    .await;
+    let body = &results(&fake)[0].body;
+    assert_eq!(body["error"]["code"], "NO_HANDLER");
+    assert_eq!(body["error"]["retryable"], true);
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_lets_running_tasks_finish_then_unregisters() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    let fake = fake(&proto).await;
+    let started = Arc::new(Notify::new());
+    let s = Arc::clone(&started);
+    let worker = builder("w-1")
+        .handler("demo.work", move |_t: Task| {
+            let s = Arc::clone(&s);
+            async move {
+                s.notify_one();
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                Ok(json!("finished"))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    started.notified().await;
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+    let reqs = fake.requests();
+    let result_at = reqs
+        .iter()
+        .position(|r| r.path == "/v1/tasks/tok-1/result")
+        .expect("the result was reported before unregistering");
+    let delete_at = reqs.iter().position(|r| r.method == "DELETE").unwrap();
+    assert!(result_at < delete_at);
+    assert_eq!(reqs[result_at].body, json!({"output": "finished"}));
+}
