@@ -91,8 +91,24 @@ pub fn compile(
 ) -> Compiled {
     let mut rep = Reporter::new(sources);
     let mut trees = Vec::new();
+    // Offsets of lexical/syntax errors per file: a workflow containing one
+    // does not compile even if what parsed of it checks.
+    let mut syntax_errors: Vec<Vec<usize>> = Vec::new();
     for (i, source) in sources.iter().enumerate() {
         let (tree, errors) = crate::syntax::parse(&source.name, &source.text);
+        // An unexpected end of file breaks whatever declaration was open.
+        syntax_errors.push(
+            errors
+                .iter()
+                .map(|e| {
+                    if e.code == "E0011" {
+                        usize::MAX
+                    } else {
+                        e.span.start
+                    }
+                })
+                .collect(),
+        );
         for e in errors {
             rep.push(i, e);
         }
@@ -250,7 +266,12 @@ pub fn compile(
         };
         let checked = workflow::check(&mut rep, &mut types, &tasks, &child, file, decl);
         let mut info = checked.info;
-        if let Some(wf) = checked.workflow {
+        let broken = syntax_errors.get(file).is_some_and(|offsets| {
+            offsets
+                .iter()
+                .any(|o| *o >= decl.span.start && (*o <= decl.span.end || *o == usize::MAX))
+        });
+        if let Some(wf) = checked.workflow.filter(|_| !broken) {
             let def = Definition::new(
                 wf,
                 sources
@@ -351,6 +372,9 @@ fn check_tasks(
                 );
             }
             let Some((_, te)) = list.first() else {
+                if t.recovered {
+                    return None;
+                }
                 rep.error_help(
                     "E0308",
                     format!(

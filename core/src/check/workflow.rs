@@ -73,7 +73,9 @@ struct Plan<'d> {
     kind_clear: bool,
     with: Option<&'d Expr>,
     for_each: Option<(&'d Ident, &'d Expr)>,
-    compensate: Option<(&'d Ident, &'d [Clause], Span)>,
+    /// `compensate` keyword, clauses, and whether a syntax error was
+    /// recovered from inside the block.
+    compensate: Option<(&'d Ident, &'d [Clause], bool)>,
     props: BTreeMap<&'d str, &'d Property>,
     /// Contract of a task step.
     contract: Option<TaskContract>,
@@ -1050,12 +1052,18 @@ fn plan_step<'d>(
             Clause::With { value, .. } => plan.with = Some(value),
             Clause::For { var, list, .. } => plan.for_each = Some((var, list)),
             Clause::Compensate {
-                kw, clauses, span, ..
-            } => plan.compensate = Some((kw, clauses.as_slice(), *span)),
+                kw,
+                clauses,
+                recovered,
+                ..
+            } => plan.compensate = Some((kw, clauses.as_slice(), *recovered)),
             _ => {}
         }
     }
     let Some((tag, kind_clause)) = plan.kind else {
+        if step.recovered {
+            return plan;
+        }
         let loc = ctx.loc(step.name.span);
         ctx.rep.error_help(
             "E0200",
@@ -1080,7 +1088,7 @@ fn plan_step<'d>(
                     loc,
                 );
             }
-        } else if matches!(tag, KindTag::Task | KindTag::Child) {
+        } else if matches!(tag, KindTag::Task | KindTag::Child) && !step.recovered {
             let loc = ctx.loc(step.name.span);
             ctx.rep.error_help(
                 "E0308",
@@ -1260,10 +1268,11 @@ fn compensation(
             _ => {}
         }
     }
-    let Some((kw, _, _)) = plan.compensate else {
-        return None;
-    };
+    let (kw, _, recovered) = plan.compensate?;
     let (Some(worker), Some(with)) = (worker, with) else {
+        if recovered {
+            return None;
+        }
         let missing = if worker.is_none() {
             "`worker`"
         } else {

@@ -63,6 +63,8 @@ pub struct TaskDecl {
     pub outputs: Vec<(Ident, TypeExpr)>,
     /// The whole declaration.
     pub span: Span,
+    /// True when a syntax error was recovered from inside the declaration.
+    pub recovered: bool,
 }
 
 /// `workflow Name version "x" { .. }`.
@@ -102,6 +104,9 @@ pub struct StepDecl {
     pub clauses: Vec<Clause>,
     /// The whole step.
     pub span: Span,
+    /// True when a syntax error was recovered from inside the step: checks
+    /// for missing clauses are skipped (the clause may be the broken one).
+    pub recovered: bool,
 }
 
 /// One clause of a step or a `compensate` block.
@@ -161,6 +166,8 @@ pub enum Clause {
         clauses: Vec<Clause>,
         /// The whole block.
         span: Span,
+        /// True when a syntax error was recovered from inside the block.
+        recovered: bool,
     },
     /// `name: value`
     Property(Property),

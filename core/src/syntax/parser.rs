@@ -13,21 +13,35 @@ use crate::ir::{BinaryOp, UnaryOp};
 /// that parsed) and every lexical and syntax error.
 pub fn parse(file: &str, text: &str) -> (File, Vec<Diagnostic>) {
     let (tokens, errors) = lex(file, text);
+    // Nesting depth of every token. A closing token that does not match the
+    // innermost opener closes up to its own opener (if there is one), so a
+    // stray `(` does not swallow the `}` of the enclosing block.
     let mut depth = Vec::with_capacity(tokens.len());
-    let mut d: usize = 0;
+    let mut open: Vec<&TokenKind> = Vec::new();
     for t in &tokens {
-        match t.kind {
-            TokenKind::LBrace | TokenKind::LBracket | TokenKind::LParen => {
-                depth.push(d);
-                d += 1;
+        let opener = match t.kind {
+            TokenKind::RBrace => Some(TokenKind::LBrace),
+            TokenKind::RBracket => Some(TokenKind::LBracket),
+            TokenKind::RParen => Some(TokenKind::LParen),
+            _ => None,
+        };
+        match (&t.kind, opener) {
+            (TokenKind::LBrace | TokenKind::LBracket | TokenKind::LParen, _) => {
+                depth.push(open.len());
+                open.push(&t.kind);
             }
-            TokenKind::RBrace | TokenKind::RBracket | TokenKind::RParen => {
-                d = d.saturating_sub(1);
-                depth.push(d);
+            (_, Some(opener)) => {
+                if let Some(at) = open.iter().rposition(|k| **k == opener) {
+                    open.truncate(at);
+                }
+                depth.push(open.len());
             }
-            _ => depth.push(d),
+            _ => depth.push(open.len()),
         }
     }
+    // An unterminated string has swallowed the rest of its line, closing
+    // braces included: an unclosed block then is not a separate mistake.
+    let eof_reported = errors.iter().any(|e| e.code == "E0002");
     let mut parser = Parser {
         file,
         text,
@@ -35,7 +49,8 @@ pub fn parse(file: &str, text: &str) -> (File, Vec<Diagnostic>) {
         depth,
         pos: 0,
         errors,
-        eof_reported: false,
+        eof_reported,
+        recoveries: 0,
     };
     let tree = parser.file();
     (tree, parser.errors)
@@ -54,6 +69,8 @@ struct Parser<'a> {
     pos: usize,
     errors: Vec<Diagnostic>,
     eof_reported: bool,
+    /// Clause recoveries so far (to mark the enclosing node `recovered`).
+    recoveries: usize,
 }
 
 const STEP_CLAUSES: &str =
@@ -185,6 +202,7 @@ impl Parser<'_> {
     /// After a failed clause that started at token `start`: skip to the next
     /// line start at the clause's depth, or to the end of the enclosing block.
     fn recover_clause(&mut self, start: usize) {
+        self.recoveries += 1;
         let d = self.depth_at(start);
         if self.pos == start {
             self.bump();
@@ -271,12 +289,14 @@ impl Parser<'_> {
         self.keyword("version")?;
         let version = Some(self.string("a version string (`\"1.0.0\"`)")?);
         let open = self.expect(TokenKind::LBrace, "`{`")?;
+        let before = self.recoveries;
         let mut task = TaskDecl {
             name,
             version,
             inputs: Vec::new(),
             outputs: Vec::new(),
             span: kw.span,
+            recovered: false,
         };
         while !self.at(&TokenKind::RBrace) && !self.at_eof() {
             let start = self.pos;
@@ -294,6 +314,7 @@ impl Parser<'_> {
         }
         self.close_block(open);
         task.span = kw.span.to(self.prev_span());
+        task.recovered = self.recoveries > before;
         Ok(task)
     }
 
@@ -357,12 +378,14 @@ impl Parser<'_> {
         let kw = self.keyword("step")?;
         let name = self.ident("a step name")?;
         let open = self.expect(TokenKind::LBrace, "`{`")?;
+        let before = self.recoveries;
         let clauses = self.clauses();
         self.close_block(open);
         Ok(StepDecl {
             name,
             clauses,
             span: kw.span.to(self.prev_span()),
+            recovered: self.recoveries > before,
         })
     }
 
@@ -424,12 +447,14 @@ impl Parser<'_> {
             "compensate" => {
                 let kw = self.bump_ident();
                 let open = self.expect(TokenKind::LBrace, "`{`")?;
+                let before = self.recoveries;
                 let clauses = self.clauses();
                 self.close_block(open);
                 Ok(Clause::Compensate {
                     span: kw.span.to(self.prev_span()),
                     kw,
                     clauses,
+                    recovered: self.recoveries > before,
                 })
             }
             _ => Err(self.unexpected(STEP_CLAUSES)),
