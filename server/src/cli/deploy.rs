@@ -55,18 +55,18 @@ async fn deploy(args: &Args) -> Outcome {
     if args.client.json {
         print_json(&deployed)?;
     } else {
-        for entry in deployed.entries() {
-            let what = entry.kind.as_deref().unwrap_or("");
-            let state = if entry.created {
-                "registered"
-            } else {
-                "unchanged"
-            };
-            let line = format!(
-                "{what} {} {} {} {state}",
-                entry.name, entry.version, entry.definition_hash
+        let state = |created: bool| if created { "registered" } else { "unchanged" };
+        for w in &deployed.workflows {
+            println!(
+                "workflow {} {} {} {}",
+                w.name,
+                w.version,
+                w.definition_hash,
+                state(w.created)
             );
-            println!("{}", line.trim_start());
+        }
+        for t in &deployed.tasks {
+            println!("task {} {} {}", t.name, t.version, state(t.created));
         }
     }
     Ok(EXIT_OK)

@@ -23,15 +23,12 @@ pub struct Registered {
     pub name: String,
     /// Version.
     pub version: String,
-    /// Content hash.
-    #[serde(default, alias = "hash")]
+    /// Content hash (workflows only).
+    #[serde(default, alias = "hash", skip_serializing_if = "String::is_empty")]
     pub definition_hash: String,
     /// False when identical content was already registered.
     #[serde(default)]
     pub created: bool,
-    /// `workflow` or `task`, when the server says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
 }
 
 /// The answer to a deploy: everything registered.
@@ -43,9 +40,6 @@ pub struct Deployed {
     /// Tasks registered (or already there).
     #[serde(default)]
     pub tasks: Vec<Registered>,
-    /// Entries of a server that lists workflows and tasks together.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub definitions: Vec<Registered>,
     /// Other fields of the answer.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -54,10 +48,7 @@ pub struct Deployed {
 impl Deployed {
     /// Every registered entry, workflows first.
     pub fn entries(&self) -> impl Iterator<Item = &Registered> {
-        self.workflows
-            .iter()
-            .chain(self.definitions.iter())
-            .chain(self.tasks.iter())
+        self.workflows.iter().chain(self.tasks.iter())
     }
 }
 
