@@ -134,7 +134,9 @@ pub(crate) fn eval(expr: &Expr, scope: &Scope, depth: usize) -> Result<Value, Ev
 /// Checks a computed value against its expression's static type when a
 /// `Json` fed into it (otherwise the compiler already guarantees the type).
 fn conform(expr: &Expr, value: Value) -> Result<Value, EvalError> {
-    if expr.ty == Type::Json || !children(expr).any(|c| contains_json(&c.ty)) {
+    // `Json` says nothing to check, and neither does the null type (which
+    // `json ?? null` is given).
+    if matches!(expr.ty, Type::Json | Type::Null) || !children(expr).any(|c| contains_json(&c.ty)) {
         return Ok(value);
     }
     Ok(check_value(&expr.ty, &value)?)

@@ -623,6 +623,17 @@ fn json_used_as_a_concrete_type_is_checked() {
 }
 
 #[test]
+fn json_coalesced_with_null_is_not_checked_against_the_null_type() {
+    let e = bin(
+        BinaryOp::Coalesce,
+        Type::Null,
+        jsonv(json!("x")),
+        lit(Type::Null, Value::Null),
+    );
+    assert_eq!(ok(&e), json!("x"));
+}
+
+#[test]
 fn evaluate_as_checks_against_a_contract() {
     let w = World::new();
     let rec = Expr {
