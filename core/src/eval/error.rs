@@ -44,6 +44,18 @@ pub enum EvalError {
         /// What the value was.
         found: String,
     },
+    /// An operator applied at run time to values it is not defined for,
+    /// e.g. `json_a + json_b` where one holds a string and the other a
+    /// number.
+    #[error("operator {operator} is not defined for {left} and {right}")]
+    UndefinedOperator {
+        /// The operator, e.g. `+`.
+        operator: &'static str,
+        /// What the left operand was.
+        left: &'static str,
+        /// What the right operand was.
+        right: &'static str,
+    },
     /// `int("abc")`, `float("x")`, `int(1e300)`.
     #[error("cannot convert {value} to {target}")]
     Conversion {

@@ -140,10 +140,10 @@ fn boolean(op: BinaryOp, operand: &Expr, value: &Value) -> Result<bool, EvalErro
 }
 
 fn not_defined(op: BinaryOp, a: Val, b: Val) -> EvalError {
-    EvalError::TypeMismatch {
-        context: format!("operator {}", symbol(op)),
-        expected: "operands it is defined for".into(),
-        found: format!("{} and {}", a.type_name(), b.type_name()),
+    EvalError::UndefinedOperator {
+        operator: symbol(op),
+        left: a.type_name(),
+        right: b.type_name(),
     }
 }
 
