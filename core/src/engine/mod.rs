@@ -2,11 +2,28 @@
 //!
 //! See [`Engine`] for how a driver uses it.
 
+mod admission;
 mod batch;
 mod config;
+mod control;
+pub mod decide;
+mod deploy;
 mod effect;
+mod idempotency;
 mod ids;
 mod input;
+mod reads;
+mod recovery;
+mod results;
+mod start;
+mod state;
+mod storage;
+mod time;
+mod timers;
+mod txn;
+mod worker;
+
+pub use time::rfc3339;
 
 pub use batch::{
     Batch, BatchId, DefinitionRecord, ExecutionAppend, IdempotencyRecord, StorageResult,
@@ -18,6 +35,14 @@ pub use ids::{CountingIds, IdSource};
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
 
 use crate::history::Millis;
+use state::{Exec, ParkedPoll, ParkedWait, Queued, Session, TokenRef};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use txn::Txn;
+
+/// How often time-based rules are checked at most (`runtime.md`: every
+/// 100 ms); also the retry delay after a failed write.
+pub const TICK_MS: Millis = 100;
 
 /// ORBIT's runtime as a deterministic state machine.
 ///
@@ -35,7 +60,7 @@ use crate::history::Millis;
 /// 2. Execute **every** returned [`Effect`], in order:
 ///    - [`Effect::Append`]: write the batch atomically, then feed
 ///      [`Input::Stored`] with its id and the outcome. Batches may be written
-///      concurrently or grouped into one transaction, each gets its own
+///      concurrently or grouped into one transaction; each gets its own
 ///      result.
 ///    - [`Effect::Reload`]: read those executions' histories from the store,
 ///      then feed [`Input::Reloaded`].
@@ -47,34 +72,203 @@ use crate::history::Millis;
 /// "Events before effects": nothing the engine says is acted on before the
 /// events that justify it are durable. Replies to creating requests and
 /// task hand-outs come only after the driver fed back `StorageResult::Ok`
-/// for the batch holding their events. Long polls and waits are parked in
-/// the engine and answered by a later `Reply` (when tasks are dispatched to
-/// them, when the execution ends, or at their deadline via `Tick`).
+/// for the batch holding their events; `Unavailable` and `Conflict` leave
+/// memory exactly as it was and fail the requests with `503 STORAGE_ERROR`;
+/// after `Ambiguous` the engine reloads the executions concerned and answers
+/// from what the store really holds.
+///
+/// At most one batch per execution is in flight: inputs for an execution
+/// whose batch is uncommitted wait inside the engine and are handled after
+/// its result.
+///
+/// Long polls and waits are parked in the engine and answered by a later
+/// `Reply`: when tasks are dispatched to the poll (after their
+/// `StepDispatched` commit), when the execution ends, or at their deadline
+/// (the engine asks for a `Tick` then). [`Input::Abandoned`] forgets one.
 pub struct Engine {
     config: Config,
     ids: Box<dyn IdSource>,
     now: Millis,
+    out: Vec<Effect>,
+    last_wake: Option<Millis>,
+    next_batch: BatchId,
+    ordinal: u64,
+    definitions: BTreeMap<(String, String), Arc<DefinitionRecord>>,
+    by_hash: BTreeMap<String, Arc<DefinitionRecord>>,
+    deploying: BTreeMap<(String, String), String>,
+    executions: BTreeMap<String, Exec>,
+    pending: BTreeSet<(Millis, String)>,
+    active: BTreeMap<String, String>,
+    dirty: BTreeSet<String>,
+    wakes: BTreeSet<(Millis, String)>,
+    sessions: BTreeMap<String, Session>,
+    tokens: BTreeMap<String, TokenRef>,
+    unconfirmed: BTreeSet<(Millis, String)>,
+    orphans: BTreeMap<String, String>,
+    queue: BTreeMap<(Millis, u64), Queued>,
+    queued: BTreeMap<(String, String), (Millis, u64)>,
+    polls: BTreeMap<RequestId, ParkedPoll>,
+    waits: BTreeMap<RequestId, ParkedWait>,
+    batches: BTreeMap<BatchId, Txn>,
+    reloads: Vec<Txn>,
+    idempotency: BTreeMap<String, IdempotencyRecord>,
+    idem_inflight: BTreeMap<String, BatchId>,
+    idem_waiting: BTreeMap<String, Vec<(RequestId, Request)>>,
+    recovery_until: Option<Millis>,
+    soon: BTreeSet<String>,
+    admit_needed: bool,
 }
 
 impl Engine {
     /// A new engine. Feed [`Input::Recover`] first when the store is not
     /// empty.
     pub fn new(config: Config, ids: Box<dyn IdSource>) -> Engine {
-        Engine { config, ids, now: 0 }
+        Engine {
+            config,
+            ids,
+            now: 0,
+            out: Vec::new(),
+            last_wake: None,
+            next_batch: 0,
+            ordinal: 0,
+            definitions: BTreeMap::new(),
+            by_hash: BTreeMap::new(),
+            deploying: BTreeMap::new(),
+            executions: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            active: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            wakes: BTreeSet::new(),
+            sessions: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            unconfirmed: BTreeSet::new(),
+            orphans: BTreeMap::new(),
+            queue: BTreeMap::new(),
+            queued: BTreeMap::new(),
+            polls: BTreeMap::new(),
+            waits: BTreeMap::new(),
+            batches: BTreeMap::new(),
+            reloads: Vec::new(),
+            idempotency: BTreeMap::new(),
+            idem_inflight: BTreeMap::new(),
+            idem_waiting: BTreeMap::new(),
+            recovery_until: None,
+            soon: BTreeSet::new(),
+            admit_needed: false,
+        }
     }
 
-    /// Handles one input at time `now` (ms since the epoch; never goes back:
-    /// an earlier `now` is treated as the latest seen) and returns the
-    /// effects to execute.
+    /// Handles one input at time `now` (ms since the epoch; an earlier `now`
+    /// than one seen before is treated as the latest seen: time never goes
+    /// back inside the engine) and returns the effects to execute.
     pub fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
         self.now = self.now.max(now);
-        let _ = (&self.config, &mut self.ids);
         match input {
-            Input::Request { id, .. } => vec![Effect::Reply {
-                request: id,
-                response: Response::error(503, "STORAGE_ERROR", "engine not implemented yet"),
-            }],
-            _ => Vec::new(),
+            Input::Tick => self.tick(),
+            Input::Request { id, request } => self.request(id, request),
+            Input::Stored { batch, result } => self.stored(batch, result),
+            Input::Reloaded { executions } => self.reloaded(executions),
+            Input::Recover {
+                definitions,
+                executions,
+                idempotency,
+            } => self.recover(definitions, executions, idempotency),
+            Input::Abandoned { id } => {
+                self.polls.remove(&id);
+                self.waits.remove(&id);
+            }
         }
+        self.after_input();
+        let wake = self.next_wake();
+        if wake.is_some() && wake != self.last_wake {
+            self.out.push(Effect::WakeAt(wake.unwrap_or_default()));
+        }
+        self.last_wake = wake;
+        std::mem::take(&mut self.out)
+    }
+
+    /// The committed projection of an execution (for tests and reads).
+    pub fn projection(&self, execution_id: &str) -> Option<&crate::history::Projection> {
+        self.executions
+            .get(execution_id)
+            .map(|e| &e.proj)
+            .filter(|p| p.last_seq > 0)
+    }
+
+    /// The committed history of an execution.
+    pub fn history(&self, execution_id: &str) -> Option<&[crate::history::Event]> {
+        self.executions
+            .get(execution_id)
+            .filter(|e| e.proj.last_seq > 0)
+            .map(|e| e.events.as_slice())
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Number of batches written but not yet answered.
+    pub fn batches_in_flight(&self) -> usize {
+        self.batches.len()
+    }
+
+    fn request(&mut self, id: RequestId, request: Request) {
+        match request {
+            Request::Deploy {
+                definitions,
+                idempotency,
+            } => self.deploy(id, definitions, idempotency),
+            Request::ListDefinitions => self.list_definitions(id),
+            Request::GetDefinition { name, version } => self.get_definition(id, &name, &version),
+            Request::Start(start) => self.start(id, start),
+            Request::GetExecution { execution_id } => self.get_execution(id, &execution_id),
+            Request::ListExecutions(filter) => self.list_executions(id, filter),
+            Request::History {
+                execution_id,
+                after_seq,
+            } => self.get_history(id, &execution_id, after_seq),
+            r @ Request::Signal { .. } => self.signal(id, r),
+            r @ Request::Cancel { .. } => self.cancel(id, r),
+            Request::Wait {
+                execution_id,
+                timeout_ms,
+            } => self.wait(id, &execution_id, timeout_ms),
+            Request::RegisterWorker {
+                worker_id,
+                task_patterns,
+                max_tasks,
+            } => self.register_worker(id, worker_id, task_patterns, max_tasks),
+            Request::Poll {
+                session_id,
+                max_tasks,
+                wait_ms,
+                held,
+            } => self.poll(id, &session_id, max_tasks, wait_ms, &held),
+            Request::Heartbeat { session_id, held } => self.heartbeat(id, &session_id, &held),
+            Request::Unregister { session_id } => self.unregister(id, &session_id),
+            r @ Request::Result { .. } => self.result(id, r),
+        }
+    }
+
+    fn reply(&mut self, request: RequestId, response: Response) {
+        self.out.push(Effect::Reply { request, response });
+    }
+
+    fn next_ordinal(&mut self) -> u64 {
+        self.ordinal += 1;
+        self.ordinal
+    }
+
+    /// Queues `request` behind the batch in flight for `exec_id`.
+    fn park_behind(&mut self, exec_id: &str, id: RequestId, request: Request) {
+        if let Some(e) = self.executions.get_mut(exec_id) {
+            e.waiting.push_back((id, request));
+        }
+    }
+
+    /// Asks for another decider pass on `exec_id` one tick from now.
+    fn retry_soon(&mut self, exec_id: &str) {
+        self.soon.insert(exec_id.to_string());
     }
 }

@@ -179,7 +179,12 @@ pub fn format_event(execution_id: &str, origin: Millis, event: &Event) -> String
             "WorkflowFailed"
         }
     };
-    let mut line = format!("+ {} #{} {}", offset(event.at.saturating_sub(origin)), event.seq, name);
+    let mut line = format!(
+        "+ {} #{} {}",
+        offset(event.at.saturating_sub(origin)),
+        event.seq,
+        name
+    );
     for (k, v) in fields {
         line.push(' ');
         line.push_str(k);

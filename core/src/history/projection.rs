@@ -130,10 +130,10 @@ impl Projection {
         p
     }
 
-    /// True once cancellation was requested or a step failed permanently:
-    /// nothing new is scheduled.
+    /// True once cancellation was requested, a step failed permanently or
+    /// compensation started: nothing new is scheduled.
     pub fn winding_down(&self) -> bool {
-        self.cancel.is_some() || self.failure.is_some()
+        self.cancel.is_some() || self.failure.is_some() || self.compensation.is_some()
     }
 
     fn step_mut(&mut self, step: &str) -> &mut StepState {
@@ -323,7 +323,8 @@ impl Projection {
             EventKind::StepFailed { step, error } => {
                 self.close_current(step, DispatchState::Failed);
                 let name = UnitName::parse(step);
-                let is_unit = self.units.contains_key(step) || name.index.is_some() || name.compensation;
+                let is_unit =
+                    self.units.contains_key(step) || name.index.is_some() || name.compensation;
                 self.record_failure(at, step, error);
                 if is_unit {
                     self.resolve(

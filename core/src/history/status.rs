@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Where an execution is in its life (`runtime.md`, "Executions").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Created, waiting for an admission slot.

@@ -1,0 +1,101 @@
+//! Admission under `--max-active-executions` and a workflow's `max_active`:
+//! executions beyond a cap wait `pending` and start oldest first. Children
+//! bypass both caps and are not counted.
+
+use super::txn::Txn;
+use super::Engine;
+use crate::history::{EventKind, Status};
+use crate::ir::Workflow;
+
+impl Engine {
+    /// Active top-level executions (committed or in a batch in flight),
+    /// in total and of `workflow`.
+    fn active_counts(&self, workflow: &str) -> (u64, u64) {
+        let mut total = self.active.len() as u64;
+        let mut same = self.active.values().filter(|w| *w == workflow).count() as u64;
+        for txn in self.batches.values() {
+            for (id, d) in &txn.drafts {
+                if d.proj.parent.is_none()
+                    && d.proj.status.is_active()
+                    && !self.active.contains_key(id)
+                {
+                    total += 1;
+                    if d.proj.workflow == workflow {
+                        same += 1;
+                    }
+                }
+            }
+        }
+        (total, same)
+    }
+
+    /// True when every cap that applies lets one more execution of `wf` run.
+    pub(super) fn can_admit(&self, wf: &Workflow) -> bool {
+        let (total, same) = self.active_counts(&wf.name);
+        let global = self.config.max_active_executions.is_none_or(|m| total < m);
+        let own = wf.max_active.is_none_or(|m| same < m);
+        global && own
+    }
+
+    /// Keeps the active and pending sets in step with committed statuses.
+    pub(super) fn status_changed(&mut self, exec_id: &str, was_new: bool, before: Status) {
+        let Some(e) = self.executions.get(exec_id) else {
+            return;
+        };
+        let p = &e.proj;
+        let after = p.status;
+        let top = p.parent.is_none();
+        let key = (p.created_at, exec_id.to_string());
+        let workflow = p.workflow.clone();
+        let parent = p.parent.clone();
+        if top && after.is_active() {
+            self.active.insert(exec_id.to_string(), workflow);
+        } else if self.active.remove(exec_id).is_some() {
+            self.admit_needed = true;
+        }
+        if top && after == Status::Pending {
+            self.pending.insert(key);
+        } else {
+            self.pending.remove(&key);
+        }
+        if after.is_terminal() && (was_new || !before.is_terminal()) {
+            self.finish_waits(exec_id);
+            if let Some(parent) = parent {
+                self.dirty.insert(parent);
+            }
+        }
+    }
+
+    /// Starts pending executions, oldest first, while caps allow.
+    pub(super) fn admit(&mut self) {
+        self.admit_needed = false;
+        let pending: Vec<(u64, String)> = self.pending.iter().cloned().collect();
+        for (_, id) in pending {
+            let Some(e) = self.executions.get(&id) else {
+                continue;
+            };
+            if e.blocked() || e.proj.status != Status::Pending {
+                continue;
+            }
+            let def = e.def.clone();
+            if !self.can_admit(&def.workflow) {
+                if self.config.max_active_executions.is_some() && !self.global_room() {
+                    return;
+                }
+                continue;
+            }
+            let mut txn = Txn::default();
+            if !self.draft(&mut txn, &id) {
+                continue;
+            }
+            self.push(&mut txn, &id, EventKind::WorkflowStarted {});
+            self.settle(&mut txn, &id);
+            self.submit(txn);
+        }
+    }
+
+    fn global_room(&self) -> bool {
+        let (total, _) = self.active_counts("");
+        self.config.max_active_executions.is_none_or(|m| total < m)
+    }
+}

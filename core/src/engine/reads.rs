@@ -1,0 +1,223 @@
+//! Reads: an execution as `GET` shows it, the list, the history, and
+//! parked waits.
+
+use super::effect::Response;
+use super::input::{ListFilter, RequestId};
+use super::state::ParkedWait;
+use super::{rfc3339, Engine};
+use crate::history::{Event, Projection, Unit, UnitState};
+use serde_json::{json, Value};
+
+fn unit_view(u: &Unit) -> Value {
+    let (status, output, error) = match &u.state {
+        UnitState::Queued { .. } => ("queued", None, None),
+        UnitState::InFlight { .. } => ("running", None, None),
+        UnitState::Retrying { .. } => ("retrying", None, None),
+        UnitState::Idle => ("queued", None, None),
+        UnitState::Child { .. } => ("running", None, None),
+        UnitState::Succeeded { output } => ("succeeded", Some(output.clone()), None),
+        UnitState::Failed { error } => ("failed", None, Some(error.clone())),
+    };
+    let mut v = json!({"status": status, "attempt": u.attempt});
+    if let UnitState::Child { child_id } = &u.state {
+        v["child_id"] = json!(child_id);
+    }
+    if let Some(o) = output {
+        v["output"] = o;
+    }
+    if let Some(e) = error {
+        v["error"] = json!({"code": e.code, "message": e.message});
+    }
+    if !u.task.is_empty() {
+        v["task"] = json!(u.task);
+        v["idempotency_key"] = json!(u.idempotency_key);
+    }
+    v
+}
+
+/// An execution as `GET /v1/executions/{id}` shows it.
+pub fn execution_view(p: &Projection) -> Value {
+    let units: serde_json::Map<String, Value> = p
+        .units
+        .iter()
+        .map(|(name, u)| (name.clone(), unit_view(u)))
+        .collect();
+    json!({
+        "execution_id": p.execution_id,
+        "workflow": p.workflow,
+        "version": p.version,
+        "definition_hash": p.definition_hash,
+        "parent": p.parent,
+        "status": p.status.as_str(),
+        "input": p.input,
+        "output": p.output,
+        "error": p.error,
+        "created_at": rfc3339(p.created_at),
+        "updated_at": rfc3339(p.updated_at),
+        "units": units,
+    })
+}
+
+/// One event as the history API shows it: `{"seq", "at" (RFC 3339),
+/// "type", ...fields}`.
+pub fn event_view(e: &Event) -> Value {
+    let mut v = serde_json::to_value(e).unwrap_or(Value::Null);
+    v["at"] = json!(rfc3339(e.at));
+    v
+}
+
+impl Engine {
+    fn visible(&self, exec_id: &str) -> Option<&Projection> {
+        self.executions
+            .get(exec_id)
+            .map(|e| &e.proj)
+            .filter(|p| p.last_seq > 0)
+    }
+
+    pub(super) fn get_execution(&mut self, id: RequestId, exec_id: &str) {
+        let response = match self.visible(exec_id) {
+            Some(p) => Response::ok(200, execution_view(p)),
+            None => Response::error(
+                404,
+                "UNKNOWN_EXECUTION",
+                format!("no execution `{exec_id}`"),
+            ),
+        };
+        self.reply(id, response);
+    }
+
+    pub(super) fn list_executions(&mut self, id: RequestId, filter: ListFilter) {
+        let limit = filter.limit.unwrap_or(100).clamp(1, 1000);
+        let cursor = filter.cursor.as_deref().and_then(|c| {
+            let (t, rest) = c.split_once(':')?;
+            Some((t.parse::<u64>().ok()?, rest.to_string()))
+        });
+        let mut rows: Vec<&Projection> = self
+            .executions
+            .values()
+            .map(|e| &e.proj)
+            .filter(|p| p.last_seq > 0)
+            .filter(|p| filter.status.is_none_or(|s| p.status == s))
+            .filter(|p| filter.workflow.as_ref().is_none_or(|w| p.workflow == *w))
+            .filter(|p| {
+                cursor
+                    .as_ref()
+                    .is_none_or(|(t, i)| (p.created_at, &p.execution_id) < (*t, i))
+            })
+            .collect();
+        rows.sort_by(|a, b| (b.created_at, &b.execution_id).cmp(&(a.created_at, &a.execution_id)));
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = if more {
+            rows.last()
+                .map(|p| json!(format!("{}:{}", p.created_at, p.execution_id)))
+                .unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        let list: Vec<Value> = rows
+            .iter()
+            .map(|p| {
+                json!({
+                    "execution_id": p.execution_id,
+                    "workflow": p.workflow,
+                    "version": p.version,
+                    "status": p.status.as_str(),
+                    "parent": p.parent,
+                    "created_at": rfc3339(p.created_at),
+                    "updated_at": rfc3339(p.updated_at),
+                })
+            })
+            .collect();
+        self.reply(
+            id,
+            Response::ok(200, json!({"executions": list, "next_cursor": next})),
+        );
+    }
+
+    pub(super) fn get_history(&mut self, id: RequestId, exec_id: &str, after_seq: Option<u64>) {
+        let response = match self.executions.get(exec_id).filter(|e| e.proj.last_seq > 0) {
+            Some(e) => {
+                let after = after_seq.unwrap_or(0);
+                let events: Vec<Value> = e
+                    .events
+                    .iter()
+                    .filter(|ev| ev.seq > after)
+                    .map(event_view)
+                    .collect();
+                Response::ok(200, json!({"events": events}))
+            }
+            None => Response::error(
+                404,
+                "UNKNOWN_EXECUTION",
+                format!("no execution `{exec_id}`"),
+            ),
+        };
+        self.reply(id, response);
+    }
+
+    pub(super) fn wait(&mut self, id: RequestId, exec_id: &str, timeout_ms: u64) {
+        let Some(p) = self.visible(exec_id) else {
+            return self.reply(
+                id,
+                Response::error(
+                    404,
+                    "UNKNOWN_EXECUTION",
+                    format!("no execution `{exec_id}`"),
+                ),
+            );
+        };
+        if p.status.is_terminal() || timeout_ms == 0 {
+            let view = execution_view(p);
+            return self.reply(id, Response::ok(200, view));
+        }
+        self.waits.insert(
+            id,
+            ParkedWait {
+                execution_id: exec_id.to_string(),
+                deadline: self.now + timeout_ms,
+            },
+        );
+    }
+
+    /// Answers parked waits on `exec_id` (it is terminal).
+    pub(super) fn finish_waits(&mut self, exec_id: &str) {
+        let ids: Vec<RequestId> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| w.execution_id == exec_id)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.waits.remove(&id);
+            if let Some(p) = self.visible(exec_id) {
+                let view = execution_view(p);
+                self.reply(id, Response::ok(200, view));
+            }
+        }
+    }
+
+    /// Answers waits whose deadline passed.
+    pub(super) fn expire_waits(&mut self) {
+        let now = self.now;
+        let ids: Vec<RequestId> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| w.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if let Some(w) = self.waits.remove(&id) {
+                let response = match self.visible(&w.execution_id) {
+                    Some(p) => Response::ok(200, execution_view(p)),
+                    None => Response::error(
+                        404,
+                        "UNKNOWN_EXECUTION",
+                        format!("no execution `{}`", w.execution_id),
+                    ),
+                };
+                self.reply(id, response);
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Task results, reconciled against the history with the seed's rules and
+//! reason strings (`003_…`, "Reconciliation").
+
+use super::decide::{attempt_failed, call_for};
+use super::effect::Response;
+use super::input::{Outcome, Request, RequestId};
+use super::txn::Txn;
+use super::Engine;
+use crate::eval::check_value;
+use crate::history::{DispatchState, ErrorInfo, EventKind, StaleOutcome, UnitState};
+use serde_json::json;
+
+/// `{"accepted": false, "reason": ...}` for an unknown token.
+pub const UNKNOWN_TOKEN: &str = "unknown token (execution finished or token invalid)";
+/// … for a failure from an attempt that is not in flight.
+pub const STALE_ATTEMPT: &str = "stale attempt";
+/// … for a result of a resolved unit.
+pub const DUPLICATE: &str = "duplicate result; step already resolved";
+/// … for an output that violates the task contract.
+pub const CONTRACT: &str = "output violates the task contract";
+
+fn accepted() -> Response {
+    Response::ok(200, json!({"accepted": true}))
+}
+
+fn refused(reason: &str) -> Response {
+    Response::ok(200, json!({"accepted": false, "reason": reason}))
+}
+
+impl Engine {
+    pub(super) fn result(&mut self, id: RequestId, request: Request) {
+        let Request::Result { token, outcome } = &request else {
+            return;
+        };
+        let Some(t) = self.tokens.get(token) else {
+            return self.reply(id, refused(UNKNOWN_TOKEN));
+        };
+        let exec_id = t.execution_id.clone();
+        let unit_name = t.unit.clone();
+        let Some(e) = self.executions.get(&exec_id) else {
+            return self.reply(id, refused(UNKNOWN_TOKEN));
+        };
+        if e.blocked() {
+            return self.park_behind(&exec_id, id, request);
+        }
+        if e.proj.status.is_terminal() {
+            return self.reply(id, refused(UNKNOWN_TOKEN));
+        }
+        if let Some(t) = self.tokens.get_mut(token) {
+            t.confirmed = true;
+            let key = (t.dispatched_at, token.clone());
+            self.unconfirmed.remove(&key);
+        }
+        self.orphans.remove(token);
+        let mut txn = Txn::default();
+        if !self.draft(&mut txn, &exec_id) {
+            return self.reply(id, refused(UNKNOWN_TOKEN));
+        }
+        let (events, response) = {
+            let Some(d) = txn.drafts.get(&exec_id) else {
+                return;
+            };
+            let p = &d.proj;
+            let wf = &d.def.workflow;
+            let Some(u) = p.units.get(&unit_name) else {
+                return self.reply(id, refused(UNKNOWN_TOKEN));
+            };
+            let Some(dispatch) = u.dispatches.get(token) else {
+                return self.reply(id, refused(UNKNOWN_TOKEN));
+            };
+            let attempt = dispatch.attempt;
+            let current = dispatch.state == DispatchState::Current
+                && matches!(&u.state, UnitState::InFlight { token: t } if t == token);
+            let stale = |outcome| EventKind::StaleResultIgnored {
+                step: unit_name.clone(),
+                attempt,
+                outcome,
+            };
+            let final_now = p.winding_down() && !u.name.compensation;
+            let policy = call_for(wf, &u.name)
+                .map(|c| c.retry.clone())
+                .unwrap_or_default();
+            if u.is_resolved() {
+                (vec![stale(StaleOutcome::Duplicate)], refused(DUPLICATE))
+            } else {
+                match outcome {
+                    Outcome::Output(output) => {
+                        let checked = match wf.tasks.get(&u.task) {
+                            Some(contract) => {
+                                check_value(&contract.output, output).map_err(|v| v.to_string())
+                            }
+                            None => Ok(output.clone()),
+                        };
+                        match checked {
+                            Ok(output) => (
+                                vec![EventKind::StepSucceeded {
+                                    step: unit_name.clone(),
+                                    attempt,
+                                    output,
+                                }],
+                                accepted(),
+                            ),
+                            Err(why) if current => {
+                                let err = ErrorInfo {
+                                    code: "OUTPUT_CONTRACT_VIOLATION".to_string(),
+                                    message: format!("output violates the task contract: {why}"),
+                                    retryable: true,
+                                };
+                                (
+                                    attempt_failed(
+                                        &unit_name, u, &policy, err, self.now, final_now,
+                                    ),
+                                    refused(CONTRACT),
+                                )
+                            }
+                            Err(_) => (vec![stale(StaleOutcome::Failure)], refused(CONTRACT)),
+                        }
+                    }
+                    Outcome::Error(err) if current => (
+                        attempt_failed(&unit_name, u, &policy, err.clone(), self.now, final_now),
+                        accepted(),
+                    ),
+                    Outcome::Error(_) => {
+                        (vec![stale(StaleOutcome::Failure)], refused(STALE_ATTEMPT))
+                    }
+                }
+            }
+        };
+        let mut seq = 0;
+        for kind in events {
+            seq = self.push(&mut txn, &exec_id, kind);
+        }
+        self.settle(&mut txn, &exec_id);
+        txn.reply(id, response, Some((exec_id, seq)));
+        self.submit(txn);
+    }
+}

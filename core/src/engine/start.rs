@@ -1,0 +1,192 @@
+//! Starting executions: id validation or generation, idempotent starts with
+//! an existing id, the input contract, `requires_idempotency_key`, and
+//! admission.
+
+use super::batch::DefinitionRecord;
+use super::effect::Response;
+use super::idempotency::Gate;
+use super::input::{Request, RequestId, Start};
+use super::txn::Txn;
+use super::Engine;
+use crate::eval::check_value;
+use crate::history::EventKind;
+use serde_json::json;
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// True for a valid client-chosen execution id: 1–128 of `A-Za-z0-9_:-`.
+pub fn valid_execution_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':' || b == b'-')
+}
+
+/// Semver order (`1.10.0` > `1.9.0`; a pre-release sorts before its release).
+pub fn semver_cmp(a: &str, b: &str) -> Ordering {
+    fn parts(v: &str) -> (Vec<u64>, Option<&str>) {
+        let (core, pre) = match v.split_once('-') {
+            Some((c, p)) => (c, Some(p)),
+            None => (v.split('+').next().unwrap_or(v), None),
+        };
+        (
+            core.split('.').map(|p| p.parse().unwrap_or(0)).collect(),
+            pre,
+        )
+    }
+    let (ca, pa) = parts(a);
+    let (cb, pb) = parts(b);
+    ca.cmp(&cb).then_with(|| match (pa, pb) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Greater,
+        (Some(_), None) => Ordering::Less,
+        (Some(x), Some(y)) => x.cmp(y),
+    })
+}
+
+impl Engine {
+    fn lookup_workflow(&self, name: &str, version: Option<&str>) -> Option<Arc<DefinitionRecord>> {
+        match version {
+            Some(v) => self
+                .definitions
+                .get(&(name.to_string(), v.to_string()))
+                .cloned(),
+            None => self
+                .definitions
+                .values()
+                .filter(|d| d.workflow.name == name)
+                .max_by(|a, b| semver_cmp(&a.workflow.version, &b.workflow.version))
+                .cloned(),
+        }
+    }
+
+    pub(super) fn start(&mut self, id: RequestId, start: Start) {
+        let request = Request::Start(start.clone());
+        if let Some(exec_id) = &start.execution_id {
+            if !valid_execution_id(exec_id) {
+                return self.reply(
+                    id,
+                    Response::error(
+                        400,
+                        "INVALID_EXECUTION_ID",
+                        "an execution id is 1-128 characters of A-Z a-z 0-9 _ : -",
+                    ),
+                );
+            }
+            if self.executions.get(exec_id).is_some_and(|e| e.blocked()) {
+                return self.park_behind(exec_id, id, request);
+            }
+        }
+        if let Gate::Done = self.gate(id, &start.idempotency, &request) {
+            return;
+        }
+        let Some(def) = self.lookup_workflow(&start.workflow, start.version.as_deref()) else {
+            let what = match &start.version {
+                Some(v) => format!("{} version {v}", start.workflow),
+                None => start.workflow.clone(),
+            };
+            return self.reply(
+                id,
+                Response::error(
+                    404,
+                    "UNKNOWN_WORKFLOW",
+                    format!("no workflow {what} is registered"),
+                ),
+            );
+        };
+        if let Some(exec_id) = &start.execution_id {
+            if let Some(e) = self.executions.get(exec_id).filter(|e| e.proj.last_seq > 0) {
+                let same = e.proj.workflow == start.workflow
+                    && start.version.as_ref().is_none_or(|v| *v == e.proj.version);
+                let response = if same {
+                    Response::ok(200, json!({"execution_id": exec_id, "created": false}))
+                } else {
+                    Response::error(
+                        409,
+                        "EXECUTION_EXISTS",
+                        format!(
+                            "execution `{exec_id}` exists for workflow {} version {}",
+                            e.proj.workflow, e.proj.version
+                        ),
+                    )
+                };
+                let mut txn = Txn::default();
+                self.record(&mut txn, &start.idempotency, &response);
+                txn.reply(id, response, None);
+                return self.submit(txn);
+            }
+        }
+        if def.workflow.requires_idempotency_key
+            && start.idempotency.is_none()
+            && start.execution_id.is_none()
+        {
+            return self.reply(
+                id,
+                Response::error(
+                    400,
+                    "IDEMPOTENCY_KEY_REQUIRED",
+                    format!(
+                        "workflow {} requires an Idempotency-Key header or a client-chosen execution_id",
+                        def.workflow.name
+                    ),
+                ),
+            );
+        }
+        let input = match check_value(&def.workflow.input, &start.input) {
+            Ok(v) => v,
+            Err(v) => {
+                return self.reply(
+                    id,
+                    Response::error(400, "INPUT_CONTRACT_VIOLATION", format!("input: {v}")),
+                )
+            }
+        };
+        let exec_id = match start.execution_id.clone() {
+            Some(x) => x,
+            None => self.ids.next_id(),
+        };
+        let mut txn = Txn::default();
+        self.draft_new(&mut txn, &exec_id, def.clone());
+        let mut seq = self.push(
+            &mut txn,
+            &exec_id,
+            EventKind::WorkflowCreated {
+                workflow: def.workflow.name.clone(),
+                version: def.workflow.version.clone(),
+                definition_hash: def.definition_hash.clone(),
+                input,
+                parent: None,
+            },
+        );
+        if self.can_admit(&def.workflow) {
+            seq = self.push(&mut txn, &exec_id, EventKind::WorkflowStarted {});
+            self.settle(&mut txn, &exec_id);
+        }
+        let response = Response::ok(201, json!({"execution_id": exec_id, "created": true}));
+        self.record(&mut txn, &start.idempotency, &response);
+        txn.reply(id, response, Some((exec_id, seq)));
+        self.submit(txn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{semver_cmp, valid_execution_id};
+    use std::cmp::Ordering;
+
+    #[test]
+    fn ids() {
+        assert!(valid_execution_id("order-1002:a_b"));
+        assert!(!valid_execution_id(""));
+        assert!(!valid_execution_id("a.b"));
+        assert!(!valid_execution_id(&"x".repeat(129)));
+        assert!(valid_execution_id(&"x".repeat(128)));
+    }
+
+    #[test]
+    fn semver() {
+        assert_eq!(semver_cmp("1.10.0", "1.9.0"), Ordering::Greater);
+        assert_eq!(semver_cmp("1.0.0-rc1", "1.0.0"), Ordering::Less);
+        assert_eq!(semver_cmp("2.0.0", "2.0.0"), Ordering::Equal);
+    }
+}

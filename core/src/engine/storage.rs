@@ -1,0 +1,406 @@
+//! Storage results: applying a committed batch to memory (and indexing its
+//! events), failing requests on `Unavailable`/`Conflict`, reloading after
+//! `Ambiguous`.
+
+use super::batch::{BatchId, StorageResult, StoredExecution};
+use super::effect::{Effect, Response};
+use super::state::{Exec, Queued, TokenRef};
+use super::txn::Txn;
+use super::Engine;
+use crate::history::{Event, EventKind, Projection, UnitState};
+use std::collections::{BTreeSet, VecDeque};
+
+fn storage_error(message: &str) -> Response {
+    Response::error(503, "STORAGE_ERROR", message)
+}
+
+impl Engine {
+    pub(super) fn stored(&mut self, batch: BatchId, result: StorageResult) {
+        let Some(txn) = self.batches.remove(&batch) else {
+            return;
+        };
+        for d in &txn.definitions {
+            self.deploying
+                .remove(&(d.workflow.name.clone(), d.workflow.version.clone()));
+        }
+        let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
+        match result {
+            StorageResult::Ok => self.commit(txn),
+            StorageResult::Unavailable { message } => {
+                self.abort(txn, &format!("storage unavailable: {message}"))
+            }
+            StorageResult::Conflict {
+                message,
+                fenced,
+                stale,
+            } => {
+                for id in &fenced {
+                    self.give_up(id, &message);
+                }
+                let stale: Vec<String> = stale
+                    .into_iter()
+                    .filter(|id| self.executions.contains_key(id))
+                    .collect();
+                self.abort(txn, &message);
+                if !stale.is_empty() {
+                    for id in &stale {
+                        if let Some(e) = self.executions.get_mut(id) {
+                            e.reloading = true;
+                        }
+                    }
+                    self.out.push(Effect::Reload { executions: stale });
+                }
+            }
+            StorageResult::Ambiguous { .. } => {
+                let ids: Vec<String> = txn
+                    .drafts
+                    .iter()
+                    .filter(|(_, d)| !d.events.is_empty())
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                if ids.is_empty() {
+                    self.abort(txn, "storage outcome unknown; retry the request");
+                } else {
+                    for id in &ids {
+                        if let Some(e) = self.executions.get_mut(id) {
+                            e.busy = None;
+                            e.reloading = true;
+                        }
+                    }
+                    self.out.push(Effect::Reload { executions: ids });
+                    self.reloads.push(txn);
+                }
+            }
+        }
+        for key in keys {
+            self.idem_inflight.remove(&key);
+            if let Some(waiting) = self.idem_waiting.remove(&key) {
+                for (id, request) in waiting {
+                    self.request(id, request);
+                }
+            }
+        }
+    }
+
+    /// Nothing of `txn` was applied: memory stays as it was.
+    fn abort(&mut self, txn: Txn, message: &str) {
+        for r in txn.replies {
+            self.out.push(Effect::Reply {
+                request: r.request,
+                response: storage_error(message),
+            });
+        }
+        for id in txn.drafts.keys() {
+            let Some(e) = self.executions.get_mut(id) else {
+                continue;
+            };
+            e.busy = None;
+            if e.proj.last_seq == 0 && !e.reloading {
+                let waiting = std::mem::take(&mut e.waiting);
+                self.executions.remove(id);
+                for (rid, req) in waiting {
+                    self.request(rid, req);
+                }
+            } else {
+                self.retry_soon(id);
+                self.drain_waiting(id);
+            }
+        }
+    }
+
+    /// A fenced execution belongs to another node now: forget it.
+    fn give_up(&mut self, exec_id: &str, message: &str) {
+        let Some(e) = self.executions.remove(exec_id) else {
+            return;
+        };
+        self.unindex(exec_id, &e.proj);
+        self.set_wake(exec_id, None);
+        for (rid, _) in e.waiting {
+            self.reply(rid, storage_error(message));
+        }
+        let waits: Vec<u64> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| w.execution_id == exec_id)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waits {
+            self.waits.remove(&id);
+            self.reply(id, storage_error(message));
+        }
+    }
+
+    fn commit(&mut self, txn: Txn) {
+        let mut touched = Vec::new();
+        for (exec_id, d) in txn.drafts {
+            if d.events.is_empty() {
+                continue;
+            }
+            let Some(e) = self.executions.get_mut(&exec_id) else {
+                continue;
+            };
+            let before = e.proj.status;
+            let was_new = e.proj.last_seq == 0;
+            e.proj = d.proj;
+            e.events.extend(d.events.iter().cloned());
+            e.def = d.def;
+            e.busy = None;
+            self.index(&exec_id, &d.events);
+            self.status_changed(&exec_id, was_new, before);
+            self.out.push(Effect::Committed {
+                execution_id: exec_id.clone(),
+                events: d.events,
+            });
+            touched.push(exec_id);
+        }
+        for r in txn.definitions {
+            let r = std::sync::Arc::new(r);
+            self.by_hash.insert(r.definition_hash.clone(), r.clone());
+            self.definitions
+                .insert((r.workflow.name.clone(), r.workflow.version.clone()), r);
+        }
+        for r in txn.idempotency {
+            self.idempotency.insert(r.key.clone(), r);
+        }
+        for (token, session) in txn.deliveries {
+            self.attach(&token, &session, false);
+        }
+        for r in txn.replies {
+            self.out.push(Effect::Reply {
+                request: r.request,
+                response: r.response,
+            });
+        }
+        for id in touched {
+            self.refresh(&id);
+        }
+    }
+
+    /// Re-decides an execution after its batch: waiting requests first, then
+    /// orphaned dispatches, then whatever the decider finds due.
+    pub(super) fn refresh(&mut self, exec_id: &str) {
+        self.drain_waiting(exec_id);
+        let Some(e) = self.executions.get(exec_id) else {
+            return;
+        };
+        if e.blocked() || e.proj.last_seq == 0 {
+            return;
+        }
+        if self.orphans_of(exec_id) {
+            return;
+        }
+        let mut txn = Txn::default();
+        if !self.draft(&mut txn, exec_id) {
+            return;
+        }
+        self.settle(&mut txn, exec_id);
+        if txn.is_empty() {
+            let wake = self.committed_wake(exec_id);
+            self.set_wake(exec_id, wake);
+        } else {
+            self.set_wake(exec_id, None);
+            self.submit(txn);
+        }
+    }
+
+    /// Handles queued requests of `exec_id` until one starts a batch.
+    pub(super) fn drain_waiting(&mut self, exec_id: &str) {
+        loop {
+            let Some(e) = self.executions.get_mut(exec_id) else {
+                return;
+            };
+            if e.blocked() {
+                return;
+            }
+            let Some((id, request)) = e.waiting.pop_front() else {
+                return;
+            };
+            self.request(id, request);
+        }
+    }
+
+    /// Updates the indexes (tokens, task queue) after committed events.
+    pub(super) fn index(&mut self, exec_id: &str, events: &[Event]) {
+        let mut units = BTreeSet::new();
+        for ev in events {
+            match &ev.kind {
+                EventKind::StepDispatched {
+                    step,
+                    worker_id,
+                    token,
+                    ..
+                } => {
+                    self.tokens.insert(
+                        token.clone(),
+                        TokenRef {
+                            execution_id: exec_id.to_string(),
+                            unit: step.clone(),
+                            worker_id: worker_id.clone(),
+                            session: None,
+                            confirmed: false,
+                            dispatched_at: ev.at,
+                        },
+                    );
+                    units.insert(step.clone());
+                }
+                EventKind::StepScheduled { step, .. }
+                | EventKind::StepSucceeded { step, .. }
+                | EventKind::StepFailed { step, .. }
+                | EventKind::StepAttemptFailed { step, .. }
+                | EventKind::StepAttemptUncertain { step, .. } => {
+                    units.insert(step.clone());
+                }
+                _ => {}
+            }
+        }
+        for unit in units {
+            self.sync_queue(exec_id, &unit);
+        }
+        let terminal = self
+            .executions
+            .get(exec_id)
+            .is_some_and(|e| e.proj.status.is_terminal());
+        if terminal {
+            if let Some(e) = self.executions.get(exec_id) {
+                let p = e.proj.clone();
+                self.unindex(exec_id, &p);
+            }
+        }
+    }
+
+    /// Removes every index entry of an execution.
+    pub(super) fn unindex(&mut self, exec_id: &str, p: &Projection) {
+        for token in p.tokens.keys() {
+            self.tokens.remove(token);
+            self.orphans.remove(token);
+        }
+        for unit in p.units.keys() {
+            if let Some(pos) = self.queued.remove(&(exec_id.to_string(), unit.clone())) {
+                self.queue.remove(&pos);
+            }
+        }
+    }
+
+    fn sync_queue(&mut self, exec_id: &str, unit: &str) {
+        let key = (exec_id.to_string(), unit.to_string());
+        let state = self
+            .executions
+            .get(exec_id)
+            .and_then(|e| e.proj.units.get(unit))
+            .map(|u| (u.state.clone(), u.task.clone()));
+        if let Some(pos) = self.queued.remove(&key) {
+            self.queue.remove(&pos);
+        }
+        if let Some((UnitState::Queued { since }, task)) = state {
+            let pos = (since, self.next_ordinal());
+            self.queued.insert(key, pos);
+            self.queue.insert(
+                pos,
+                Queued {
+                    execution_id: exec_id.to_string(),
+                    unit: unit.to_string(),
+                    task,
+                },
+            );
+        }
+    }
+
+    /// Installs an execution rebuilt from its stored history.
+    pub(super) fn install(&mut self, stored: StoredExecution) -> bool {
+        let id = stored.execution_id.clone();
+        if let Some(old) = self.executions.get(&id) {
+            let p = old.proj.clone();
+            self.unindex(&id, &p);
+        }
+        let waiting = self
+            .executions
+            .get_mut(&id)
+            .map(|e| std::mem::take(&mut e.waiting))
+            .unwrap_or_default();
+        if stored.events.is_empty() {
+            self.executions.remove(&id);
+            self.set_wake(&id, None);
+            for (rid, req) in waiting {
+                self.request(rid, req);
+            }
+            return false;
+        }
+        let proj = Projection::fold(&id, &stored.events);
+        let Some(def) = self.by_hash.get(&proj.definition_hash).cloned() else {
+            return false;
+        };
+        let before = self.executions.get(&id).map(|e| e.proj.status);
+        self.executions.insert(
+            id.clone(),
+            Exec {
+                proj,
+                events: Vec::new(),
+                def,
+                busy: None,
+                reloading: false,
+                waiting,
+                wake: None,
+            },
+        );
+        self.index(&id, &stored.events);
+        if let Some(e) = self.executions.get_mut(&id) {
+            e.events = stored.events;
+        }
+        match before {
+            Some(b) => self.status_changed(&id, false, b),
+            None => self.status_changed(&id, true, crate::history::Status::Pending),
+        }
+        true
+    }
+
+    pub(super) fn reloaded(&mut self, executions: Vec<StoredExecution>) {
+        let mut ids = Vec::new();
+        for stored in executions {
+            ids.push(stored.execution_id.clone());
+            self.install(stored);
+        }
+        let reloads = std::mem::take(&mut self.reloads);
+        for txn in reloads {
+            let ready = txn
+                .drafts
+                .keys()
+                .all(|id| self.executions.get(id).is_none_or(|e| !e.reloading));
+            if !ready {
+                self.reloads.push(txn);
+                continue;
+            }
+            let stored = |engine: &Engine, proof: &Option<(String, u64)>| match proof {
+                Some((id, seq)) => engine
+                    .executions
+                    .get(id)
+                    .is_some_and(|e| e.proj.last_seq >= *seq),
+                None => false,
+            };
+            for r in &txn.replies {
+                let response = if stored(self, &r.proof) {
+                    r.response.clone()
+                } else {
+                    storage_error("storage outcome unknown; the request did not take effect")
+                };
+                self.out.push(Effect::Reply {
+                    request: r.request,
+                    response,
+                });
+            }
+            for (token, session) in &txn.deliveries {
+                if self.tokens.contains_key(token) {
+                    self.attach(token, session, false);
+                }
+            }
+            let proved = txn.replies.iter().any(|r| stored(self, &r.proof));
+            if proved {
+                for rec in txn.idempotency {
+                    self.idempotency.insert(rec.key.clone(), rec);
+                }
+            }
+        }
+        for id in ids {
+            self.refresh(&id);
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The passing of time: parked requests' deadlines, lost sessions and lost
+//! poll responses, the recovery window, and executions with something due.
+
+use super::decide::{self, Context};
+use super::txn::{child_view, Txn};
+use super::{Engine, TICK_MS};
+use crate::history::{EventKind, Millis};
+
+impl Engine {
+    pub(super) fn tick(&mut self) {
+        let now = self.now;
+        self.expire_polls();
+        self.expire_waits();
+        let timeout = self.config.session_timeout_ms;
+        let polling: std::collections::BTreeSet<String> =
+            self.polls.values().map(|p| p.session_id.clone()).collect();
+        let lost: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(id, s)| s.last_seen + timeout <= now && !polling.contains(*id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in lost {
+            if let Some(s) = self.sessions.remove(&id) {
+                for token in s.tokens {
+                    if self
+                        .tokens
+                        .get(&token)
+                        .is_some_and(|t| t.session.as_deref() == Some(&id))
+                    {
+                        self.orphans.insert(
+                            token,
+                            format!("worker `{}` stopped responding", s.worker_id),
+                        );
+                    }
+                }
+            }
+        }
+        while let Some((at, token)) = self.unconfirmed.first().cloned() {
+            if at + timeout > now {
+                break;
+            }
+            self.unconfirmed.pop_first();
+            if let Some(t) = self.tokens.get(&token) {
+                if !t.confirmed && t.session.is_some() {
+                    self.orphans.insert(
+                        token,
+                        format!("worker `{}` did not receive the task", t.worker_id),
+                    );
+                }
+            }
+        }
+        if self.recovery_until.is_some_and(|t| t <= now) {
+            self.recovery_until = None;
+            let silent: Vec<(String, String)> = self
+                .tokens
+                .iter()
+                .filter(|(_, t)| t.session.is_none() && !t.confirmed)
+                .map(|(k, t)| (k.clone(), t.worker_id.clone()))
+                .collect();
+            for (token, worker) in silent {
+                self.orphans
+                    .insert(token, format!("worker `{worker}` stopped responding"));
+            }
+        }
+        self.process_orphans();
+        let mut due: Vec<String> = self
+            .wakes
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, id)| id.clone())
+            .collect();
+        due.extend(std::mem::take(&mut self.soon));
+        for id in due {
+            self.refresh(&id);
+        }
+    }
+
+    /// True when `exec_id` had orphaned dispatches (now in a batch).
+    pub(super) fn orphans_of(&mut self, exec_id: &str) -> bool {
+        let tokens: Vec<(String, String)> = self
+            .orphans
+            .iter()
+            .filter(|(t, _)| {
+                self.tokens
+                    .get(*t)
+                    .is_some_and(|r| r.execution_id == exec_id)
+            })
+            .map(|(t, r)| (t.clone(), r.clone()))
+            .collect();
+        if tokens.is_empty() {
+            return false;
+        }
+        let mut txn = Txn::default();
+        if !self.draft(&mut txn, exec_id) {
+            return false;
+        }
+        for (token, reason) in tokens {
+            self.orphans.remove(&token);
+            let Some(unit) = self.tokens.get(&token).map(|t| t.unit.clone()) else {
+                continue;
+            };
+            let attempt = txn.drafts.get(exec_id).and_then(|d| {
+                let u = d.proj.units.get(&unit)?;
+                let (current, dispatch) = u.current_dispatch()?;
+                (current == token).then_some(dispatch.attempt)
+            });
+            if let Some(attempt) = attempt {
+                self.push(
+                    &mut txn,
+                    exec_id,
+                    EventKind::StepAttemptUncertain {
+                        step: unit,
+                        attempt,
+                        reason,
+                    },
+                );
+            }
+        }
+        self.settle(&mut txn, exec_id);
+        if txn.is_empty() {
+            return false;
+        }
+        self.set_wake(exec_id, None);
+        self.submit(txn);
+        true
+    }
+
+    /// Turns orphaned dispatches into uncertain attempts, per execution.
+    pub(super) fn process_orphans(&mut self) {
+        let execs: std::collections::BTreeSet<String> = self
+            .orphans
+            .keys()
+            .filter_map(|t| self.tokens.get(t).map(|r| r.execution_id.clone()))
+            .collect();
+        let stale: Vec<String> = self
+            .orphans
+            .keys()
+            .filter(|t| !self.tokens.contains_key(*t))
+            .cloned()
+            .collect();
+        for t in stale {
+            self.orphans.remove(&t);
+        }
+        for id in execs {
+            if self.executions.get(&id).is_some_and(|e| !e.blocked()) {
+                self.orphans_of(&id);
+            }
+        }
+    }
+
+    /// The decider's next due time for the committed state of `exec_id`.
+    pub(super) fn committed_wake(&self, exec_id: &str) -> Option<Millis> {
+        let e = self.executions.get(exec_id)?;
+        let execs = &self.executions;
+        let children = |cid: &str| execs.get(cid).map(|c| child_view(&c.proj));
+        let cx = Context {
+            workflow: &e.def.workflow,
+            now: self.now,
+            children: &children,
+        };
+        decide::decide(&cx, &e.proj).wake
+    }
+
+    /// Records when `exec_id` next needs the decider.
+    pub(super) fn set_wake(&mut self, exec_id: &str, wake: Option<Millis>) {
+        if let Some(e) = self.executions.get_mut(exec_id) {
+            if let Some(old) = e.wake.take() {
+                self.wakes.remove(&(old, exec_id.to_string()));
+            }
+            e.wake = wake;
+        }
+        if let Some(t) = wake {
+            if self.executions.contains_key(exec_id) {
+                self.wakes.insert((t, exec_id.to_string()));
+            }
+        }
+    }
+
+    /// Follow-up work after every input.
+    pub(super) fn after_input(&mut self) {
+        for _ in 0..1000 {
+            let dirty = std::mem::take(&mut self.dirty);
+            if dirty.is_empty() && !self.admit_needed {
+                break;
+            }
+            for id in dirty {
+                self.refresh(&id);
+            }
+            if self.admit_needed {
+                self.admit();
+            }
+        }
+        self.serve_polls();
+    }
+
+    /// The earliest time a `Tick` has work to do.
+    pub(super) fn next_wake(&self) -> Option<Millis> {
+        let timeout = self.config.session_timeout_ms;
+        let polling: std::collections::BTreeSet<&String> =
+            self.polls.values().map(|p| &p.session_id).collect();
+        [
+            self.wakes.first().map(|(t, _)| *t),
+            self.polls.values().map(|p| p.deadline).min(),
+            self.waits.values().map(|w| w.deadline).min(),
+            self.sessions
+                .iter()
+                .filter(|(id, _)| !polling.contains(id))
+                .map(|(_, s)| s.last_seen + timeout)
+                .min(),
+            self.unconfirmed.first().map(|(t, _)| t + timeout),
+            self.recovery_until,
+            (!self.soon.is_empty() || !self.orphans.is_empty()).then_some(self.now + TICK_MS),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}

@@ -1,0 +1,320 @@
+//! Building a batch: drafts of executions (committed projection plus the
+//! proposed events), the decider loop, and submission as an `Append`.
+//! Nothing here touches committed memory: a draft is applied only when its
+//! batch is `Ok`.
+
+use super::batch::{Batch, DefinitionRecord, ExecutionAppend, IdempotencyRecord, Summary};
+use super::decide::{self, ChildView, Context};
+use super::effect::{Effect, Response};
+use super::input::RequestId;
+use super::state::Exec;
+use super::Engine;
+use crate::history::{Event, EventKind, Projection, Status};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// Bound on decider rounds for one execution in one batch (a livelock
+/// guard; real workflows need a handful).
+const ROUNDS_MAX: usize = 100_000;
+
+/// An execution's state inside a batch under construction.
+pub(crate) struct Draft {
+    /// Committed projection with the proposed events applied.
+    pub proj: Projection,
+    /// Proposed events.
+    pub events: Vec<Event>,
+    /// Last committed seq.
+    pub base_seq: u64,
+    /// Pinned definition.
+    pub def: Arc<DefinitionRecord>,
+}
+
+/// A reply that is sent once the batch commits.
+pub(crate) struct PendingReply {
+    /// The request.
+    pub request: RequestId,
+    /// The answer.
+    pub response: Response,
+    /// `(execution, seq)` whose presence in the store proves the request
+    /// took effect (used after an ambiguous write).
+    pub proof: Option<(String, u64)>,
+}
+
+/// A batch under construction, then in flight.
+#[derive(Default)]
+pub(crate) struct Txn {
+    /// Drafts by execution id.
+    pub drafts: BTreeMap<String, Draft>,
+    /// Definitions to register.
+    pub definitions: Vec<DefinitionRecord>,
+    /// Idempotency records.
+    pub idempotency: Vec<IdempotencyRecord>,
+    /// Replies after commit.
+    pub replies: Vec<PendingReply>,
+    /// Tokens handed to sessions by this batch: token -> session.
+    pub deliveries: Vec<(String, String)>,
+}
+
+impl Txn {
+    /// True when the batch would write nothing.
+    pub fn is_empty(&self) -> bool {
+        self.drafts.values().all(|d| d.events.is_empty())
+            && self.definitions.is_empty()
+            && self.idempotency.is_empty()
+    }
+
+    /// Adds a reply to send after commit.
+    pub fn reply(&mut self, request: RequestId, response: Response, proof: Option<(String, u64)>) {
+        self.replies.push(PendingReply {
+            request,
+            response,
+            proof,
+        });
+    }
+}
+
+/// What a parent's decider sees of a child.
+pub(crate) fn child_view(p: &Projection) -> ChildView {
+    ChildView {
+        status: p.status,
+        output: p.output.clone(),
+        error: p.error.clone(),
+        cancel_requested: p.cancel.is_some(),
+    }
+}
+
+impl Engine {
+    /// Adds `exec_id` to `txn` (cloning its committed state). False when it
+    /// is unknown or blocked by another batch.
+    pub(crate) fn draft(&self, txn: &mut Txn, exec_id: &str) -> bool {
+        if txn.drafts.contains_key(exec_id) {
+            return true;
+        }
+        let Some(e) = self.executions.get(exec_id) else {
+            return false;
+        };
+        if e.blocked() {
+            return false;
+        }
+        txn.drafts.insert(
+            exec_id.to_string(),
+            Draft {
+                proj: e.proj.clone(),
+                events: Vec::new(),
+                base_seq: e.proj.last_seq,
+                def: e.def.clone(),
+            },
+        );
+        true
+    }
+
+    /// Adds a new execution to `txn`.
+    pub(crate) fn draft_new(&self, txn: &mut Txn, exec_id: &str, def: Arc<DefinitionRecord>) {
+        txn.drafts.insert(
+            exec_id.to_string(),
+            Draft {
+                proj: Projection::new(exec_id),
+                events: Vec::new(),
+                base_seq: 0,
+                def,
+            },
+        );
+    }
+
+    /// Appends one event to a drafted execution; returns its seq.
+    pub(crate) fn push(&self, txn: &mut Txn, exec_id: &str, kind: EventKind) -> u64 {
+        let Some(d) = txn.drafts.get_mut(exec_id) else {
+            return 0;
+        };
+        let event = Event {
+            seq: d.proj.last_seq + 1,
+            at: self.now,
+            kind,
+        };
+        d.proj.apply(&event);
+        d.events.push(event);
+        d.proj.last_seq
+    }
+
+    /// Runs the decider on drafted executions until nothing more is
+    /// proposed (children it starts or cancels are drafted and settled too).
+    pub(crate) fn settle(&mut self, txn: &mut Txn, exec_id: &str) {
+        let mut todo: VecDeque<String> = VecDeque::from([exec_id.to_string()]);
+        let mut rounds = 0;
+        while let Some(id) = todo.pop_front() {
+            loop {
+                rounds += 1;
+                if rounds > ROUNDS_MAX {
+                    return;
+                }
+                let decision = {
+                    let Some(d) = txn.drafts.get(&id) else { break };
+                    let drafts = &txn.drafts;
+                    let execs = &self.executions;
+                    let children = |cid: &str| {
+                        drafts
+                            .get(cid)
+                            .map(|c| child_view(&c.proj))
+                            .or_else(|| execs.get(cid).map(|c| child_view(&c.proj)))
+                    };
+                    let cx = Context {
+                        workflow: &d.def.workflow,
+                        now: self.now,
+                        children: &children,
+                    };
+                    decide::decide(&cx, &d.proj)
+                };
+                if decision.events.is_empty()
+                    && decision.start_children.is_empty()
+                    && decision.cancel_children.is_empty()
+                {
+                    break;
+                }
+                let mut progressed = !decision.events.is_empty();
+                for kind in decision.events {
+                    self.push(txn, &id, kind);
+                }
+                for start in decision.start_children {
+                    if self.executions.contains_key(&start.child_id)
+                        || txn.drafts.contains_key(&start.child_id)
+                    {
+                        continue;
+                    }
+                    let Some(def) = self.by_hash.get(&start.definition_hash).cloned() else {
+                        continue;
+                    };
+                    self.draft_new(txn, &start.child_id, def.clone());
+                    self.push(
+                        txn,
+                        &start.child_id,
+                        EventKind::WorkflowCreated {
+                            workflow: def.workflow.name.clone(),
+                            version: def.workflow.version.clone(),
+                            definition_hash: def.definition_hash.clone(),
+                            input: start.input,
+                            parent: Some(id.clone()),
+                        },
+                    );
+                    self.push(txn, &start.child_id, EventKind::WorkflowStarted {});
+                    todo.push_back(start.child_id);
+                }
+                for child in decision.cancel_children {
+                    if !self.draft(txn, &child) {
+                        // Busy child: try again shortly.
+                        self.retry_soon(&id);
+                        continue;
+                    }
+                    let requested = txn
+                        .drafts
+                        .get(&child)
+                        .is_some_and(|c| c.proj.cancel.is_some());
+                    if !requested {
+                        self.cancel_events(txn, &child, Some("parent cancelled".to_string()));
+                        progressed = true;
+                        todo.push_back(child);
+                    }
+                }
+                if !progressed {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Events cancelling a drafted execution (a pending one ends at once).
+    pub(crate) fn cancel_events(
+        &self,
+        txn: &mut Txn,
+        exec_id: &str,
+        reason: Option<String>,
+    ) -> u64 {
+        let pending = txn
+            .drafts
+            .get(exec_id)
+            .is_some_and(|d| d.proj.status == Status::Pending);
+        let seq = self.push(txn, exec_id, EventKind::WorkflowCancelRequested { reason });
+        if pending {
+            return self.push(txn, exec_id, EventKind::WorkflowCancelled {});
+        }
+        seq
+    }
+
+    /// Emits the batch (or, when it writes nothing, its replies at once).
+    pub(crate) fn submit(&mut self, txn: Txn) {
+        if txn.is_empty() {
+            for r in txn.replies {
+                self.out.push(Effect::Reply {
+                    request: r.request,
+                    response: r.response,
+                });
+            }
+            return;
+        }
+        self.next_batch += 1;
+        let id = self.next_batch;
+        let mut executions = Vec::new();
+        for (exec_id, d) in &txn.drafts {
+            if d.events.is_empty() {
+                continue;
+            }
+            executions.push(ExecutionAppend {
+                execution_id: exec_id.clone(),
+                expected_last_seq: d.base_seq,
+                epoch: self.config.epoch,
+                events: d.events.clone(),
+                summary: summary(&d.proj),
+            });
+            match self.executions.get_mut(exec_id) {
+                Some(e) => e.busy = Some(id),
+                None => {
+                    self.executions.insert(
+                        exec_id.clone(),
+                        Exec {
+                            proj: Projection::new(exec_id),
+                            events: Vec::new(),
+                            def: d.def.clone(),
+                            busy: Some(id),
+                            reloading: false,
+                            waiting: VecDeque::new(),
+                            wake: None,
+                        },
+                    );
+                }
+            }
+        }
+        for r in &txn.idempotency {
+            self.idem_inflight.insert(r.key.clone(), id);
+        }
+        for d in &txn.definitions {
+            self.deploying.insert(
+                (d.workflow.name.clone(), d.workflow.version.clone()),
+                d.definition_hash.clone(),
+            );
+        }
+        self.out.push(Effect::Append(Batch {
+            id,
+            executions,
+            definitions: txn.definitions.clone(),
+            idempotency: txn.idempotency.clone(),
+        }));
+        self.batches.insert(id, txn);
+    }
+}
+
+/// The stored summary of a projection.
+pub(crate) fn summary(p: &Projection) -> Summary {
+    Summary {
+        execution_id: p.execution_id.clone(),
+        workflow: p.workflow.clone(),
+        version: p.version.clone(),
+        definition_hash: p.definition_hash.clone(),
+        parent: p.parent.clone(),
+        status: p.status,
+        input: p.input.clone(),
+        output: p.output.clone(),
+        error: p.error.clone(),
+        created_at: p.created_at,
+        updated_at: p.updated_at,
+        last_seq: p.last_seq,
+    }
+}

@@ -1,0 +1,301 @@
+//! The worker protocol: sessions, polls (oldest matching task first; long
+//! polls parked until tasks are dispatched to them), heartbeats (held tokens
+//! re-attach; the cancel list) and unregistering.
+
+use super::effect::{Response, Task};
+use super::input::RequestId;
+use super::state::{pattern_matches, ParkedPoll, Session};
+use super::txn::Txn;
+use super::Engine;
+use crate::history::{DispatchState, EventKind, UnitState};
+use serde_json::json;
+use std::collections::BTreeSet;
+
+fn unknown_session(session_id: &str) -> Response {
+    Response::error(
+        404,
+        "UNKNOWN_SESSION",
+        format!("no worker session `{session_id}`; register again"),
+    )
+}
+
+impl Engine {
+    pub(super) fn register_worker(
+        &mut self,
+        id: RequestId,
+        worker_id: String,
+        patterns: Vec<String>,
+        max_tasks: Option<u32>,
+    ) {
+        let session_id = self.ids.next_id();
+        self.sessions.insert(
+            session_id.clone(),
+            Session {
+                worker_id,
+                patterns,
+                max_tasks: max_tasks.unwrap_or(1).max(1),
+                last_seen: self.now,
+                tokens: BTreeSet::new(),
+            },
+        );
+        self.reply(
+            id,
+            Response::ok(
+                200,
+                json!({"session_id": session_id, "session_timeout_ms": self.config.session_timeout_ms}),
+            ),
+        );
+    }
+
+    /// Marks `token` as held by `session` (a listing or a delivery).
+    pub(super) fn attach(&mut self, token: &str, session_id: &str, confirmed: bool) {
+        let Some(t) = self.tokens.get_mut(token) else {
+            return;
+        };
+        if let Some(old) = t.session.take() {
+            if old != session_id {
+                if let Some(s) = self.sessions.get_mut(&old) {
+                    s.tokens.remove(token);
+                }
+            }
+        }
+        t.session = Some(session_id.to_string());
+        if confirmed {
+            t.confirmed = true;
+            self.unconfirmed
+                .remove(&(t.dispatched_at, token.to_string()));
+        } else if !t.confirmed {
+            self.unconfirmed
+                .insert((t.dispatched_at, token.to_string()));
+        }
+        if let Some(s) = self.sessions.get_mut(session_id) {
+            s.tokens.insert(token.to_string());
+        }
+    }
+
+    /// A session called: refresh it and re-attach what it holds.
+    fn touch(&mut self, session_id: &str, held: &[String]) -> bool {
+        let Some(s) = self.sessions.get_mut(session_id) else {
+            return false;
+        };
+        s.last_seen = self.now;
+        for token in held {
+            self.attach(token, session_id, true);
+        }
+        true
+    }
+
+    /// True while the server still wants the delivery with `token` to run.
+    pub(super) fn wanted(&self, token: &str) -> bool {
+        let Some(t) = self.tokens.get(token) else {
+            return false;
+        };
+        let Some(e) = self.executions.get(&t.execution_id) else {
+            return false;
+        };
+        let p = &e.proj;
+        if p.status.is_terminal() {
+            return false;
+        }
+        let Some(u) = p.units.get(&t.unit) else {
+            return false;
+        };
+        if u.is_resolved() {
+            return false;
+        }
+        let Some(d) = u.dispatches.get(token) else {
+            return false;
+        };
+        match d.state {
+            DispatchState::Failed => false,
+            DispatchState::Uncertain => true,
+            DispatchState::Current => !(p.winding_down() && !u.name.compensation && !d.redelivery),
+        }
+    }
+
+    pub(super) fn heartbeat(&mut self, id: RequestId, session_id: &str, held: &[String]) {
+        if !self.touch(session_id, held) {
+            return self.reply(id, unknown_session(session_id));
+        }
+        let cancel: Vec<&String> = held.iter().filter(|t| !self.wanted(t)).collect();
+        let body = json!({"cancel": cancel});
+        self.reply(id, Response::ok(200, body));
+    }
+
+    pub(super) fn unregister(&mut self, id: RequestId, session_id: &str) {
+        let Some(s) = self.sessions.remove(session_id) else {
+            return self.reply(id, unknown_session(session_id));
+        };
+        for token in s.tokens {
+            if self
+                .tokens
+                .get(&token)
+                .is_some_and(|t| t.session.as_deref() == Some(session_id))
+            {
+                self.orphans
+                    .insert(token, "worker unregistered".to_string());
+            }
+        }
+        let polls: Vec<RequestId> = self
+            .polls
+            .iter()
+            .filter(|(_, p)| p.session_id == session_id)
+            .map(|(id, _)| *id)
+            .collect();
+        for p in polls {
+            self.polls.remove(&p);
+            self.reply(p, Response::ok(200, json!({"tasks": []})));
+        }
+        self.reply(id, Response::ok(200, json!({"unregistered": true})));
+        self.process_orphans();
+    }
+
+    pub(super) fn poll(
+        &mut self,
+        id: RequestId,
+        session_id: &str,
+        max_tasks: Option<u32>,
+        wait_ms: u64,
+        held: &[String],
+    ) {
+        if !self.touch(session_id, held) {
+            return self.reply(id, unknown_session(session_id));
+        }
+        let max = max_tasks
+            .or_else(|| self.sessions.get(session_id).map(|s| s.max_tasks))
+            .unwrap_or(1)
+            .max(1);
+        if self.dispatch(id, session_id, max) {
+            return;
+        }
+        if wait_ms == 0 {
+            return self.reply(id, Response::ok(200, json!({"tasks": []})));
+        }
+        self.polls.insert(
+            id,
+            ParkedPoll {
+                session_id: session_id.to_string(),
+                max_tasks: max,
+                deadline: self.now + wait_ms,
+            },
+        );
+    }
+
+    /// Dispatches up to `max` of the oldest queued tasks matching the
+    /// session's patterns; the reply goes out after the batch commits.
+    /// False when nothing matched.
+    fn dispatch(&mut self, request: RequestId, session_id: &str, max: u32) -> bool {
+        let Some(s) = self.sessions.get(session_id) else {
+            return false;
+        };
+        let patterns = s.patterns.clone();
+        let worker_id = s.worker_id.clone();
+        let mut picked = Vec::new();
+        for q in self.queue.values() {
+            if picked.len() >= max as usize {
+                break;
+            }
+            if q.task.starts_with("orbit.") || !patterns.iter().any(|p| pattern_matches(p, &q.task))
+            {
+                continue;
+            }
+            if self
+                .executions
+                .get(&q.execution_id)
+                .is_none_or(|e| e.blocked())
+            {
+                continue;
+            }
+            picked.push(q.clone());
+        }
+        if picked.is_empty() {
+            return false;
+        }
+        let mut txn = Txn::default();
+        let mut tasks = Vec::new();
+        let mut proofs = Vec::new();
+        for q in picked {
+            if !self.draft(&mut txn, &q.execution_id) {
+                continue;
+            }
+            let Some(d) = txn.drafts.get(&q.execution_id) else {
+                continue;
+            };
+            let Some(u) = d.proj.units.get(&q.unit) else {
+                continue;
+            };
+            if !matches!(u.state, UnitState::Queued { .. }) {
+                continue;
+            }
+            let token = self.ids.next_id();
+            let task = Task {
+                token: token.clone(),
+                execution_id: q.execution_id.clone(),
+                workflow: d.proj.workflow.clone(),
+                workflow_version: d.proj.version.clone(),
+                step_id: q.unit.clone(),
+                task_name: u.task.clone(),
+                contract_version: u.contract_version.clone(),
+                input: u.input.clone(),
+                idempotency_key: u.idempotency_key.clone(),
+                attempt: u.attempt,
+                redelivery: u.redelivery,
+            };
+            let seq = self.push(
+                &mut txn,
+                &q.execution_id,
+                EventKind::StepDispatched {
+                    step: q.unit.clone(),
+                    attempt: task.attempt,
+                    worker_id: worker_id.clone(),
+                    token: token.clone(),
+                },
+            );
+            proofs.push((q.execution_id.clone(), seq));
+            txn.deliveries.push((token, session_id.to_string()));
+            tasks.push(task);
+        }
+        if tasks.is_empty() {
+            return false;
+        }
+        let body = json!({"tasks": tasks});
+        txn.reply(request, Response::ok(200, body), proofs.into_iter().next());
+        self.submit(txn);
+        true
+    }
+
+    /// Serves parked polls (oldest first) from the queue.
+    pub(super) fn serve_polls(&mut self) {
+        if self.queue.is_empty() || self.polls.is_empty() {
+            return;
+        }
+        let parked: Vec<RequestId> = self.polls.keys().copied().collect();
+        for id in parked {
+            if self.queue.is_empty() {
+                return;
+            }
+            let Some(p) = self.polls.get(&id) else {
+                continue;
+            };
+            let (session, max) = (p.session_id.clone(), p.max_tasks);
+            if self.dispatch(id, &session, max) {
+                self.polls.remove(&id);
+            }
+        }
+    }
+
+    /// Answers parked polls whose wait ended with no task.
+    pub(super) fn expire_polls(&mut self) {
+        let now = self.now;
+        let ids: Vec<RequestId> = self
+            .polls
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.polls.remove(&id);
+            self.reply(id, Response::ok(200, json!({"tasks": []})));
+        }
+    }
+}
