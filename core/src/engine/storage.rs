@@ -8,7 +8,7 @@ use super::state::{Exec, Queued, TokenRef};
 use super::txn::Txn;
 use super::Engine;
 use crate::history::{Event, EventKind, Projection, UnitState};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 fn storage_error(message: &str) -> Response {
     Response::error(503, "STORAGE_ERROR", message)
