@@ -1,0 +1,181 @@
+//! `orbit server`: opens the store, recovers, serves the HTTP API until
+//! SIGTERM or ctrl-c, then finishes the commit in flight and exits.
+
+use crate::api::{self, AppState, DEFAULT_MAX_BODY};
+use crate::cli::common::parse_duration;
+use orbit_core::engine::Config;
+use orbit_io_tokio::driver::{self, Driver};
+use orbit_io_tokio::storage::{SqliteOptions, SqliteStore, Storage};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `orbit server` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Database URL (`sqlite://PATH`; created on first start).
+    #[arg(long, env = "ORBIT_DB", default_value = "sqlite://orbit.db")]
+    pub db: String,
+    /// Address to listen on. Non-loopback addresses need `--insecure` (there
+    /// is no authentication yet).
+    #[arg(long, default_value = "127.0.0.1:7373")]
+    pub listen: String,
+    /// A worker session silent for longer is lost and its tasks redelivered
+    /// (seconds, or with a unit: 500ms, 5s, 2m, 1h).
+    #[arg(long, default_value = "30", value_parser = parse_duration)]
+    pub session_timeout: Duration,
+    /// Cap on running or compensating executions; more wait `pending`.
+    #[arg(long)]
+    pub max_active_executions: Option<u64>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
+    pub max_body: usize,
+    /// How long API idempotency records are kept.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub idempotency_ttl: Duration,
+    /// Allow binding a non-loopback address without authentication.
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A flag's value is not usable.
+    #[error("{0}")]
+    Usage(String),
+    /// The store could not be opened or recovered.
+    #[error("storage: {0}")]
+    Storage(#[from] orbit_io_tokio::storage::StorageError),
+    /// The socket could not be bound or served.
+    #[error("network: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Resolves `--listen` and refuses non-loopback addresses unless `insecure`.
+pub fn listen_addr(listen: &str, insecure: bool) -> Result<SocketAddr, ServerError> {
+    let addr: SocketAddr = listen.parse().map_err(|_| {
+        ServerError::Usage(format!(
+            "--listen `{listen}` is not an address like 127.0.0.1:7373"
+        ))
+    })?;
+    if !addr.ip().is_loopback() && !insecure {
+        return Err(ServerError::Usage(format!(
+            "refusing to listen on non-loopback address {addr} without authentication; \
+             pass --insecure to do it anyway"
+        )));
+    }
+    Ok(addr)
+}
+
+/// Opens the store named by `url`.
+pub async fn open_store(url: &str) -> Result<Arc<dyn Storage>, ServerError> {
+    if url.starts_with("sqlite:") {
+        let store = SqliteStore::open(&SqliteOptions::new(url)).await?;
+        Ok(Arc::new(store))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Err(ServerError::Usage(
+            "PostgreSQL storage is not available in this version; use --db sqlite://PATH".into(),
+        ))
+    } else {
+        Err(ServerError::Usage(format!(
+            "--db `{url}`: expected sqlite://PATH"
+        )))
+    }
+}
+
+/// Runs the server until a shutdown signal.
+pub async fn serve(args: Args) -> Result<(), ServerError> {
+    if args.max_body == 0 {
+        return Err(ServerError::Usage("--max-body must be at least 1".into()));
+    }
+    if args.session_timeout.is_zero() {
+        return Err(ServerError::Usage(
+            "--session-timeout must be positive".into(),
+        ));
+    }
+    let addr = listen_addr(&args.listen, args.insecure)?;
+    let store = open_store(&args.db).await?;
+    let options = driver::Options {
+        engine: Config {
+            session_timeout_ms: millis(args.session_timeout),
+            max_active_executions: args.max_active_executions,
+            idempotency_ttl_ms: millis(args.idempotency_ttl),
+            epoch: None,
+        },
+        ..driver::Options::default()
+    };
+    let driver = Driver::start(store, options).await?;
+    let state = AppState {
+        driver: driver.clone(),
+        max_body: args.max_body,
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
+    eprintln!("orbit server listening on http://{bound}");
+    axum::serve(listener, api::app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("shutting down");
+    driver.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::warn!(error = %e, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// `orbit server`: exit 0 after a clean shutdown, 2 on usage, storage or
+/// network errors.
+pub fn run(args: Args) -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(serve(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
