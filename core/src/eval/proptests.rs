@@ -1,5 +1,6 @@
-//! Property tests: canonical text is independent of key order, and checking
-//! a value against its contract is idempotent.
+//! Property tests: canonical text is independent of key order, checking a
+//! value against its contract is idempotent, and evaluation never panics,
+//! whatever (even ill-typed) expression and values it is given.
 
 #![allow(clippy::unwrap_used)]
 
@@ -78,7 +79,126 @@ fn string_of(v: &Value) -> Value {
     evaluate(&expr, &scope).unwrap()
 }
 
+fn arb_expr() -> impl Strategy<Value = Expr> {
+    use crate::ir::{BinaryOp as B, Function as F, UnaryOp as U};
+    let leaf = prop_oneof![
+        (arb_type(), arb_json()).prop_map(|(ty, value)| Expr {
+            ty,
+            kind: ExprKind::Literal { value },
+        }),
+        arb_type().prop_map(|ty| Expr {
+            ty,
+            kind: ExprKind::Input,
+        }),
+        (arb_type(), "[a-c]").prop_map(|(ty, name)| Expr {
+            ty,
+            kind: ExprKind::Step { name },
+        }),
+        (arb_type(), "[a-c]").prop_map(|(ty, name)| Expr {
+            ty,
+            kind: ExprKind::Var { name },
+        }),
+    ];
+    let binary = prop::sample::select(vec![
+        B::Mul,
+        B::Div,
+        B::Rem,
+        B::Add,
+        B::Sub,
+        B::Eq,
+        B::Ne,
+        B::Lt,
+        B::Le,
+        B::Gt,
+        B::Ge,
+        B::And,
+        B::Or,
+        B::Coalesce,
+    ]);
+    let function = prop::sample::select(vec![
+        F::String,
+        F::Int,
+        F::Float,
+        F::Len,
+        F::Keys,
+        F::Contains,
+        F::Lower,
+        F::Upper,
+        F::Json,
+        F::Seconds,
+        F::Millis,
+    ]);
+    leaf.prop_recursive(4, 32, 3, move |inner| {
+        prop_oneof![
+            (arb_type(), inner.clone(), "[a-d]").prop_map(|(ty, base, field)| Expr {
+                ty,
+                kind: ExprKind::Member {
+                    base: Box::new(base),
+                    field
+                },
+            }),
+            (arb_type(), inner.clone(), inner.clone()).prop_map(|(ty, base, index)| Expr {
+                ty,
+                kind: ExprKind::Index {
+                    base: Box::new(base),
+                    index: Box::new(index)
+                },
+            }),
+            (arb_type(), any::<bool>(), inner.clone()).prop_map(|(ty, not, operand)| Expr {
+                ty,
+                kind: ExprKind::Unary {
+                    op: if not { U::Not } else { U::Neg },
+                    operand: Box::new(operand),
+                },
+            }),
+            (arb_type(), binary.clone(), inner.clone(), inner.clone()).prop_map(
+                |(ty, op, left, right)| Expr {
+                    ty,
+                    kind: ExprKind::Binary {
+                        op,
+                        left: Box::new(left),
+                        right: Box::new(right)
+                    },
+                }
+            ),
+            (
+                arb_type(),
+                function.clone(),
+                prop::collection::vec(inner.clone(), 0..3)
+            )
+                .prop_map(|(ty, function, args)| Expr {
+                    ty,
+                    kind: ExprKind::Call { function, args }
+                }),
+            (arb_type(), prop::collection::vec(inner.clone(), 0..3)).prop_map(|(ty, items)| Expr {
+                ty,
+                kind: ExprKind::List { items }
+            }),
+            (arb_type(), prop::collection::vec(("[a-d]", inner), 0..3)).prop_map(|(ty, fields)| {
+                Expr {
+                    ty,
+                    kind: ExprKind::Record { fields },
+                }
+            }),
+        ]
+    })
+}
+
 proptest! {
+    #[test]
+    fn evaluation_never_panics(
+        expr in arb_expr(),
+        input in arb_json(),
+        steps in prop::collection::btree_map("[a-c]", arb_json(), 0..3),
+        vars in prop::collection::btree_map("[a-c]", arb_json(), 0..3),
+    ) {
+        let scope = Scope { input: &input, execution: &Value::Null, steps: &steps, vars: &vars };
+        if let Err(e) = evaluate(&expr, &scope) {
+            prop_assert_eq!(e.code(), EXPRESSION_ERROR);
+            prop_assert!(!e.to_string().is_empty());
+        }
+    }
+
     #[test]
     fn string_of_a_record_is_stable_under_key_order(v in arb_json()) {
         prop_assert_eq!(string_of(&v), string_of(&reorder(&v)));
