@@ -179,6 +179,11 @@ fn member(base: &Value, field: &str) -> Result<Value, EvalError> {
 /// may also be indexed by a `String` key (missing key reads as null).
 fn index_into(base: Value, index_ty: &Type, index: &Value) -> Result<Value, EvalError> {
     let context = "index";
+    // A `Json` number used as an index is read as an `Int` (so `1.0` works).
+    let index_ty = match (value::strip_optional(index_ty), index) {
+        (Type::Json, Value::Number(_)) => &Type::Int,
+        _ => index_ty,
+    };
     match (base, classify(index_ty, index, context)?) {
         (_, Val::Null) => Ok(Value::Null),
         (Value::Array(mut items), Val::Int(i)) => {
