@@ -62,8 +62,13 @@ mod tests {
     #[test]
     fn every_registered_code_has_an_explanation_titled_like_the_registry() {
         for code in CODES {
-            let text = explanation(code.code)
-                .unwrap_or_else(|| panic!("{} has no explanation", code.code));
+            let text = explanation(code.code).unwrap_or_else(|| {
+                panic!(
+                    "{} has no explanation: write docs/src/errors/{}.md and add it to \
+                         EXPLANATIONS in core/src/diagnostic/explain.rs",
+                    code.code, code.code
+                )
+            });
             let first = text.lines().next().unwrap_or_default();
             assert_eq!(first, format!("# {}: {}", code.code, code.title));
         }
