@@ -42,11 +42,13 @@ impl Engine {
             }
             self.unconfirmed.pop_first();
             if let Some(t) = self.tokens.get(&token) {
-                if !t.confirmed && t.session.is_some() {
-                    self.orphans.insert(
-                        token,
-                        format!("worker `{}` did not receive the task", t.worker_id),
-                    );
+                let alive = t
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| self.sessions.contains_key(s));
+                if !t.confirmed && alive && !self.orphans.contains_key(&token) {
+                    let reason = format!("worker `{}` did not receive the task", t.worker_id);
+                    self.orphans.insert(token, reason);
                 }
             }
         }

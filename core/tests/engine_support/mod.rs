@@ -68,7 +68,11 @@ impl Store {
                 .extend(a.events.iter().cloned());
         }
         for d in &batch.definitions {
-            if !self.definitions.iter().any(|x| x.definition_hash == d.definition_hash) {
+            if !self
+                .definitions
+                .iter()
+                .any(|x| x.definition_hash == d.definition_hash)
+            {
                 self.definitions.push(d.clone());
             }
         }
@@ -90,6 +94,9 @@ pub struct World {
     pub wake: Option<Millis>,
     pub next_request: RequestId,
     pub appends: usize,
+    /// When set, the driver checks time only on this grid (every 100 ms in
+    /// production), so wake-ups are rounded up to it.
+    pub grid: Option<Millis>,
 }
 
 impl World {
@@ -104,6 +111,7 @@ impl World {
             wake: None,
             next_request: 0,
             appends: 0,
+            grid: None,
         }
     }
 
@@ -159,7 +167,12 @@ impl World {
                             "request {request} answered twice"
                         );
                     }
-                    Effect::WakeAt(t) => self.wake = Some(t),
+                    Effect::WakeAt(t) => {
+                        self.wake = Some(match self.grid {
+                            Some(g) => T0 + (t.saturating_sub(T0)).div_ceil(g) * g,
+                            None => t,
+                        })
+                    }
                     Effect::Committed { .. } => {}
                 }
             }
@@ -313,7 +326,12 @@ impl World {
 
     /// The stored history in `orbit logs` format.
     pub fn logs(&self, execution_id: &str) -> String {
-        let events = self.store.histories.get(execution_id).cloned().unwrap_or_default();
+        let events = self
+            .store
+            .histories
+            .get(execution_id)
+            .cloned()
+            .unwrap_or_default();
         logs::format_history(execution_id, &events)
     }
 
@@ -363,5 +381,8 @@ pub fn assert_logs(actual: &str, expected: &str) {
             .join("\n")
     };
     let (a, e) = (clean(actual), clean(expected));
-    assert!(a == e, "history differs\n--- expected\n{e}\n--- actual\n{a}\n");
+    assert!(
+        a == e,
+        "history differs\n--- expected\n{e}\n--- actual\n{a}\n"
+    );
 }
