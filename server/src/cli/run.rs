@@ -11,8 +11,10 @@ use super::common::{
 };
 use crate::sdk::{Client, Execution, StartOptions, Status};
 
-/// `orbit run` options.
+/// `orbit run` options. (`--version` here is the workflow's version, so the
+/// automatic `--version` flag is off for this subcommand.)
 #[derive(Debug, Clone, clap::Args)]
+#[command(disable_version_flag = true)]
 pub struct Args {
     /// The workflow to start.
     pub workflow: String,
