@@ -106,7 +106,9 @@ pub(crate) fn eval(expr: &Expr, scope: &Scope, depth: usize) -> Result<Value, Ev
             let v = eval(operand, scope, next)?;
             operators::unary(*op, operand, &v)?
         }
-        ExprKind::Binary { op, left, right } => operators::binary(*op, left, right, scope, next)?,
+        ExprKind::Binary { op, left, right } => {
+            operators::binary(*op, left, right, &expr.ty, scope, next)?
+        }
         ExprKind::Call { function, args } => {
             let values = args
                 .iter()

@@ -69,6 +69,7 @@ pub(crate) fn binary(
     op: BinaryOp,
     left: &Expr,
     right: &Expr,
+    result: &Type,
     scope: &Scope,
     depth: usize,
 ) -> Result<Value, EvalError> {
@@ -98,8 +99,8 @@ pub(crate) fn binary(
     }
     let r = eval(right, scope, depth)?;
     let context = format!("operand of {}", symbol(op));
-    let a = classify(read_as(op, &left.ty, &right.ty), &l, &context)?;
-    let b = classify(read_as(op, &right.ty, &left.ty), &r, &context)?;
+    let a = classify(read_as(op, &left.ty, &right.ty, result), &l, &context)?;
+    let b = classify(read_as(op, &right.ty, &left.ty, result), &r, &context)?;
     match op {
         BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => {
             let ordering = compare(op, a, b)?;
@@ -114,15 +115,26 @@ pub(crate) fn binary(
     }
 }
 
-/// The type to read an operand as: its own, or — for a `Json` operand next
-/// to an `Int` or `Float` — the other operand's, so `json + 1` is integer
-/// arithmetic when the `Json` holds an integer. Next to a `Duration`, a
-/// `Json` is read as milliseconds where both sides must be durations
-/// (`+ - %` and comparisons), and by its value otherwise (`json * 10s`).
-fn read_as<'t>(op: BinaryOp, own: &'t Type, other: &'t Type) -> &'t Type {
+/// The type to read an operand as: its own, or for a `Json` operand:
+/// - next to a `Duration`, as milliseconds where both sides must be
+///   durations (`+ - %` and comparisons);
+/// - in arithmetic whose result the compiler typed `Int` or `Float`, as the
+///   other operand's type (`1 + json` needs an `Int` in the `Json`, and
+///   divides as integers);
+/// - otherwise by its value: `json + 1` typed `Json` gives `4.5` for `3.5`,
+///   and `json > 3` compares numbers of either kind.
+fn read_as<'t>(op: BinaryOp, own: &'t Type, other: &'t Type, result: &Type) -> &'t Type {
+    let comparison = matches!(
+        op,
+        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+    );
     match (strip_optional(own), strip_optional(other)) {
-        (Type::Json, t @ (Type::Int | Type::Float)) => t,
         (Type::Json, t @ Type::Duration) if !matches!(op, BinaryOp::Mul | BinaryOp::Div) => t,
+        (Type::Json, t @ (Type::Int | Type::Float))
+            if !comparison && !matches!(strip_optional(result), Type::Json) =>
+        {
+            t
+        }
         _ => own,
     }
 }
