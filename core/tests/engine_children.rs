@@ -66,7 +66,10 @@ fn child_completes_and_its_output_is_the_steps() {
         + 10ms #5 WorkflowCompleted
         ",
     );
-    assert_eq!(w.engine.projection("p").unwrap().output, Some(json!({"tracking": "TR-1"})));
+    assert_eq!(
+        w.engine.projection("p").unwrap().output,
+        Some(json!({"tracking": "TR-1"}))
+    );
     let child = w.engine.projection("p.ship").unwrap();
     assert_eq!(child.parent.as_deref(), Some("p"));
     assert_eq!(child.status.as_str(), "completed");
