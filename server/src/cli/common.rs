@@ -158,7 +158,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         other => return Err(format!("unknown duration unit `{other}` (ms, s, m, h)")),
     };
     let secs = value * scale;
-    if !secs.is_finite() || secs < 0.0 || secs > 1.0e9 {
+    if !secs.is_finite() || !(0.0..=1.0e9).contains(&secs) {
         return Err(format!("`{text}` is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
