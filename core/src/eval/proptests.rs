@@ -186,6 +186,18 @@ fn arb_expr() -> impl Strategy<Value = Expr> {
 
 proptest! {
     #[test]
+    fn float_text_reads_back_exactly_and_looks_like_a_float(
+        f in any::<f64>().prop_filter("finite", |f| f.is_finite())
+    ) {
+        let text = format_float(f);
+        prop_assert_eq!(text.parse::<f64>().unwrap(), f);
+        let back: Value = serde_json::from_str(&text).unwrap();
+        prop_assert_eq!(back.as_f64(), Some(f));
+        prop_assert!(text.contains('.') || text.contains('e'), "{}", text);
+        prop_assert!(!text.contains('+'), "{}", text);
+    }
+
+    #[test]
     fn evaluation_never_panics(
         expr in arb_expr(),
         input in arb_json(),
