@@ -73,7 +73,7 @@ pub enum EvalError {
     },
     /// A value that does not match the static type of the expression that
     /// produced it (a `Json` used where a concrete type is required).
-    #[error("value does not match its type: {0}")]
+    #[error("value does not match its type: {}", describe(.0))]
     Contract(#[from] Violation),
     /// An expression nested deeper than the evaluator accepts.
     #[error("expression is nested more than {limit} levels deep")]
@@ -81,6 +81,16 @@ pub enum EvalError {
         /// The nesting limit.
         limit: usize,
     },
+}
+
+/// A violation as part of an evaluation error: without the `value: ` prefix
+/// when it concerns the whole value.
+fn describe(v: &Violation) -> String {
+    if v.path.is_empty() {
+        v.kind.to_string()
+    } else {
+        v.to_string()
+    }
 }
 
 impl EvalError {

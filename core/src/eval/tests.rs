@@ -639,7 +639,7 @@ fn json_used_as_a_concrete_type_is_checked() {
     assert!(matches!(e, EvalError::Contract(_)), "{e:?}");
     assert_eq!(
         e.to_string(),
-        "value does not match its type: value: expected Int, found String"
+        "value does not match its type: expected Int, found String"
     );
     // ... and normalized when it fits.
     let typed = member(Type::Int, jsonv(json!({"n": 2.0})), "n");
