@@ -399,8 +399,11 @@ impl Engine {
                 }
             }
         }
+        // Re-decide on the next tick, not now: a store that keeps failing
+        // must not turn into a hot loop of writes.
         for id in ids {
-            self.refresh(&id);
+            self.drain_waiting(&id);
+            self.retry_soon(&id);
         }
     }
 }
