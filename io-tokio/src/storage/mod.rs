@@ -4,6 +4,7 @@
 //! with one of the outcomes of [`StorageError`] when it cannot.
 
 pub mod contract;
+mod postgres;
 mod records;
 mod sqlite;
 
@@ -11,6 +12,7 @@ pub use records::{
     Append, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use async_trait::async_trait;

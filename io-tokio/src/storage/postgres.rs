@@ -1,0 +1,827 @@
+//! The PostgreSQL backend: `synchronous_commit = on` pinned on every
+//! connection, versioned migrations run at open, one transaction per commit
+//! with the appended executions' rows locked (`FOR UPDATE`) while their
+//! `seq` and owner epoch are checked. A batch is written with a handful of
+//! set-based statements (arrays bound with `UNNEST`), so the cost of a group
+//! commit does not grow with round trips per execution.
+
+use super::records::{
+    Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
+    StoredExecution, Transaction,
+};
+use super::{Storage, StorageError};
+use async_trait::async_trait;
+use orbit_core::history::Event;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Executor, Postgres, Row};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How to open a PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// `postgres://user@host:port/database`.
+    pub url: String,
+    /// How long a commit or read waits for a connection (including
+    /// connecting) before failing with `Unavailable`.
+    pub acquire_timeout: Duration,
+    /// Reader connections (the writer has its own).
+    pub readers: u32,
+}
+
+impl PostgresOptions {
+    /// Defaults for `url`: 5 s acquire timeout, 4 readers.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresOptions {
+            url: url.into(),
+            acquire_timeout: Duration::from_secs(5),
+            readers: 4,
+        }
+    }
+}
+
+/// A store in one PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    writer: PgPool,
+    readers: PgPool,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StorageError {
+    StorageError::Unavailable(e.to_string())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StorageError> {
+    serde_json::from_str(text).map_err(|e| StorageError::Unavailable(format!("corrupt row: {e}")))
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<String, StorageError> {
+    serde_json::to_string(value).map_err(|e| StorageError::Unavailable(format!("encode: {e}")))
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Whether `e` is a unique-key violation (a concurrent writer got there
+/// first: the append's expected state is stale).
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|db| db.is_unique_violation())
+}
+
+/// Maps an error of the COMMIT statement. A reply from the server says the
+/// transaction was rolled back; anything else (the connection dropped, a
+/// protocol error) leaves the outcome unknown.
+fn commit_error(e: sqlx::Error) -> StorageError {
+    match e {
+        sqlx::Error::Database(db) => {
+            StorageError::Unavailable(format!("commit refused: {}", db.message()))
+        }
+        other => StorageError::Ambiguous(other.to_string()),
+    }
+}
+
+/// The type of an event as stored in the `type` column.
+fn event_type(event: &Event) -> String {
+    serde_json::to_value(event)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+impl PostgresStore {
+    /// Connects, pins `synchronous_commit = on` on every connection and runs
+    /// the migrations.
+    pub async fn open(options: &PostgresOptions) -> Result<Self, StorageError> {
+        let connect = PgConnectOptions::from_str(&options.url)
+            .map_err(unavailable)?
+            .application_name("orbit");
+        let writer = pool_options(1, options.acquire_timeout)
+            .connect_with(connect.clone())
+            .await
+            .map_err(unavailable)?;
+        sqlx::migrate!("./migrations/postgres")
+            .run(&writer)
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("migration failed: {e}")))?;
+        let readers = pool_options(options.readers.max(1), options.acquire_timeout)
+            .connect_lazy_with(connect);
+        Ok(PostgresStore { writer, readers })
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        self.readers.close().await;
+        self.writer.close().await;
+    }
+
+    /// The writer connection's `synchronous_commit` setting, for operators
+    /// and tests to check the durability setting.
+    pub async fn synchronous_commit(&self) -> Result<String, StorageError> {
+        sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(&self.writer)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Checks every append against the locked rows, so a conflict names all
+    /// the executions concerned and nothing is written.
+    async fn check(conn: &mut sqlx::PgConnection, appends: &[Append]) -> Result<(), StorageError> {
+        let mut ids: Vec<String> = appends.iter().map(|a| a.execution_id.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        // Sorted ids: concurrent writers lock rows in the same order.
+        let rows = sqlx::query(
+            "SELECT id, last_seq, owner_node, owner_epoch FROM executions \
+             WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        let mut current: BTreeMap<String, (u64, String, u64)> = BTreeMap::new();
+        for r in &rows {
+            let id: String = r.try_get(0).map_err(unavailable)?;
+            current.insert(
+                id,
+                (
+                    to_u64(r.try_get::<i64, _>(1).map_err(unavailable)?),
+                    r.try_get::<String, _>(2).map_err(unavailable)?,
+                    to_u64(r.try_get::<i64, _>(3).map_err(unavailable)?),
+                ),
+            );
+        }
+        let mut fenced = Vec::new();
+        let mut stale = Vec::new();
+        for append in appends {
+            let state = current
+                .entry(append.execution_id.clone())
+                .or_insert_with(|| (0, String::new(), 0));
+            let (last_seq, owner_node, owner_epoch) = state.clone();
+            if let Some(fence) = &append.fence {
+                let other_owner = !owner_node.is_empty() && owner_node != fence.node_id;
+                if owner_epoch > fence.epoch || (other_owner && owner_epoch >= fence.epoch) {
+                    fenced.push(append.execution_id.clone());
+                    continue;
+                }
+            }
+            let contiguous = append
+                .events
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.seq == append.after_seq + 1 + i as u64);
+            if last_seq != append.after_seq || !contiguous {
+                stale.push(append.execution_id.clone());
+                continue;
+            }
+            // A later append of the same execution in this batch continues
+            // from this one.
+            state.0 = append.events.last().map_or(append.after_seq, |e| e.seq);
+            if let Some(fence) = &append.fence {
+                state.1 = fence.node_id.clone();
+                state.2 = fence.epoch;
+            }
+        }
+        if fenced.is_empty() && stale.is_empty() {
+            Ok(())
+        } else {
+            Err(StorageError::Conflict { fenced, stale })
+        }
+    }
+
+    async fn apply(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
+        if !tx.appends.is_empty() {
+            Self::check(conn, &tx.appends).await?;
+            Self::write_events(conn, &tx.appends).await?;
+            Self::write_projections(conn, &tx.appends).await?;
+        }
+        if !tx.definitions.is_empty() {
+            Self::write_definitions(conn, &tx.definitions).await?;
+        }
+        if !tx.idempotency.is_empty() {
+            Self::write_idempotency(conn, &tx.idempotency).await?;
+        }
+        if !tx.queue.is_empty() {
+            Self::write_queue(conn, &tx.queue).await?;
+        }
+        if !tx.inbox_consumed.is_empty() {
+            sqlx::query("DELETE FROM inbox WHERE id = ANY($1)")
+                .bind(&tx.inbox_consumed)
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn write_events(
+        conn: &mut sqlx::PgConnection,
+        appends: &[Append],
+    ) -> Result<(), StorageError> {
+        let count: usize = appends.iter().map(|a| a.events.len()).sum();
+        if count == 0 {
+            return Ok(());
+        }
+        let mut ids = Vec::with_capacity(count);
+        let mut seqs = Vec::with_capacity(count);
+        let mut ats = Vec::with_capacity(count);
+        let mut types = Vec::with_capacity(count);
+        let mut bodies = Vec::with_capacity(count);
+        for append in appends {
+            for event in &append.events {
+                ids.push(append.execution_id.as_str());
+                seqs.push(to_i64(event.seq));
+                ats.push(to_i64(event.at));
+                types.push(event_type(event));
+                bodies.push(encode(event)?);
+            }
+        }
+        let result = sqlx::query(
+            "INSERT INTO events (execution_id, seq, at, type, body) \
+             SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[])",
+        )
+        .bind(&ids)
+        .bind(&seqs)
+        .bind(&ats)
+        .bind(&types)
+        .bind(&bodies)
+        .execute(&mut *conn)
+        .await;
+        match result {
+            Ok(_) => Ok(()),
+            // A new execution created concurrently by another writer: the
+            // rows did not exist to lock, the primary key caught it.
+            Err(e) if is_unique_violation(&e) => Err(StorageError::Conflict {
+                fenced: Vec::new(),
+                stale: appends.iter().map(|a| a.execution_id.clone()).collect(),
+            }),
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    async fn write_projections(
+        conn: &mut sqlx::PgConnection,
+        appends: &[Append],
+    ) -> Result<(), StorageError> {
+        // One row per execution: the last append of an execution carries its
+        // final projection.
+        let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
+        for append in appends {
+            last.insert(append.execution_id.as_str(), append);
+        }
+        let n = last.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut workflows = Vec::with_capacity(n);
+        let mut versions = Vec::with_capacity(n);
+        let mut hashes = Vec::with_capacity(n);
+        let mut statuses = Vec::with_capacity(n);
+        let mut parents: Vec<Option<&str>> = Vec::with_capacity(n);
+        let mut inputs = Vec::with_capacity(n);
+        let mut outputs: Vec<Option<String>> = Vec::with_capacity(n);
+        let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
+        let mut created = Vec::with_capacity(n);
+        let mut updated = Vec::with_capacity(n);
+        let mut last_seqs = Vec::with_capacity(n);
+        let mut owner_nodes = Vec::with_capacity(n);
+        let mut owner_epochs = Vec::with_capacity(n);
+        for (id, append) in &last {
+            let p = &append.projection;
+            ids.push(*id);
+            workflows.push(p.workflow.as_str());
+            versions.push(p.version.as_str());
+            hashes.push(p.definition_hash.as_str());
+            statuses.push(p.status.as_str());
+            parents.push(p.parent.as_deref());
+            inputs.push(encode(&p.input)?);
+            outputs.push(p.output.as_ref().map(encode).transpose()?);
+            errors.push(p.error.as_ref().map(encode).transpose()?);
+            created.push(to_i64(p.created_at));
+            updated.push(to_i64(p.updated_at));
+            last_seqs.push(to_i64(
+                append.events.last().map_or(append.after_seq, |e| e.seq),
+            ));
+            let (node, epoch) = append
+                .fence
+                .as_ref()
+                .map(|f| (f.node_id.as_str(), f.epoch))
+                .unwrap_or(("", 0));
+            owner_nodes.push(node);
+            owner_epochs.push(to_i64(epoch));
+        }
+        let result = sqlx::query(
+            "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, input, \
+             output, error, created_at, updated_at, last_seq, owner_node, owner_epoch) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::int8[], \
+             $13::text[], $14::int8[]) \
+             ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, version = excluded.version, \
+             definition_hash = excluded.definition_hash, status = excluded.status, \
+             parent = excluded.parent, input = excluded.input, output = excluded.output, \
+             error = excluded.error, updated_at = excluded.updated_at, last_seq = excluded.last_seq, \
+             owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch",
+        )
+        .bind(&ids)
+        .bind(&workflows)
+        .bind(&versions)
+        .bind(&hashes)
+        .bind(&statuses)
+        .bind(&parents)
+        .bind(&inputs)
+        .bind(&outputs)
+        .bind(&errors)
+        .bind(&created)
+        .bind(&updated)
+        .bind(&last_seqs)
+        .bind(&owner_nodes)
+        .bind(&owner_epochs)
+        .execute(&mut *conn)
+        .await;
+        result.map(|_| ()).map_err(unavailable)
+    }
+
+    async fn write_definitions(
+        conn: &mut sqlx::PgConnection,
+        definitions: &[DefinitionRecord],
+    ) -> Result<(), StorageError> {
+        let n = definitions.len();
+        let mut names = Vec::with_capacity(n);
+        let mut versions = Vec::with_capacity(n);
+        let mut hashes = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        let mut filenames = Vec::with_capacity(n);
+        let mut sources = Vec::with_capacity(n);
+        let mut bodies = Vec::with_capacity(n);
+        let mut registered = Vec::with_capacity(n);
+        for d in definitions {
+            names.push(d.name.as_str());
+            versions.push(d.version.as_str());
+            hashes.push(d.hash.as_str());
+            kinds.push(d.kind.as_str());
+            filenames.push(d.filename.as_str());
+            sources.push(d.source.as_str());
+            bodies.push(encode(&d.body)?);
+            registered.push(to_i64(d.registered_at));
+        }
+        sqlx::query(
+            "INSERT INTO definitions (name, version, hash, kind, filename, source, body, registered_at) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+             $6::text[], $7::text[], $8::int8[]) \
+             ON CONFLICT (name, version) DO NOTHING",
+        )
+        .bind(&names)
+        .bind(&versions)
+        .bind(&hashes)
+        .bind(&kinds)
+        .bind(&filenames)
+        .bind(&sources)
+        .bind(&bodies)
+        .bind(&registered)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn write_idempotency(
+        conn: &mut sqlx::PgConnection,
+        records: &[IdempotencyRecord],
+    ) -> Result<(), StorageError> {
+        // The last record for a (scope, key) wins, as with one INSERT OR
+        // REPLACE per record.
+        let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
+        for r in records {
+            last.insert((r.scope.as_str(), r.key.as_str()), r);
+        }
+        let n = last.len();
+        let mut scopes = Vec::with_capacity(n);
+        let mut keys = Vec::with_capacity(n);
+        let mut fingerprints = Vec::with_capacity(n);
+        let mut statuses = Vec::with_capacity(n);
+        let mut bodies = Vec::with_capacity(n);
+        let mut expires = Vec::with_capacity(n);
+        for r in last.values() {
+            scopes.push(r.scope.as_str());
+            keys.push(r.key.as_str());
+            fingerprints.push(r.fingerprint.as_str());
+            statuses.push(i32::from(r.status));
+            bodies.push(r.body.as_str());
+            expires.push(to_i64(r.expires_at));
+        }
+        sqlx::query(
+            "INSERT INTO idempotency (scope, key, fingerprint, status, body, expires_at) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[]) \
+             ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
+             status = excluded.status, body = excluded.body, expires_at = excluded.expires_at",
+        )
+        .bind(&scopes)
+        .bind(&keys)
+        .bind(&fingerprints)
+        .bind(&statuses)
+        .bind(&bodies)
+        .bind(&expires)
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn write_queue(
+        conn: &mut sqlx::PgConnection,
+        ops: &[QueueOp],
+    ) -> Result<(), StorageError> {
+        // Applied in order, the last operation on a (execution, unit) decides
+        // whether its row exists and what it holds.
+        let mut last: BTreeMap<(&str, &str), &QueueOp> = BTreeMap::new();
+        for op in ops {
+            let key = match op {
+                QueueOp::Enqueue {
+                    execution_id, unit, ..
+                }
+                | QueueOp::Remove { execution_id, unit } => (execution_id.as_str(), unit.as_str()),
+            };
+            last.insert(key, op);
+        }
+        let mut del_ids = Vec::new();
+        let mut del_units = Vec::new();
+        let mut ids = Vec::new();
+        let mut units = Vec::new();
+        let mut tasks = Vec::new();
+        let mut enqueued = Vec::new();
+        let mut bodies = Vec::new();
+        for ((execution_id, unit), op) in &last {
+            match op {
+                QueueOp::Enqueue {
+                    task,
+                    enqueued_at,
+                    body,
+                    ..
+                } => {
+                    ids.push(*execution_id);
+                    units.push(*unit);
+                    tasks.push(task.as_str());
+                    enqueued.push(to_i64(*enqueued_at));
+                    bodies.push(encode(body)?);
+                }
+                QueueOp::Remove { .. } => {
+                    del_ids.push(*execution_id);
+                    del_units.push(*unit);
+                }
+            }
+        }
+        if !del_ids.is_empty() {
+            sqlx::query(
+                "DELETE FROM task_queue q USING UNNEST($1::text[], $2::text[]) AS d(execution_id, unit) \
+                 WHERE q.execution_id = d.execution_id AND q.unit = d.unit",
+            )
+            .bind(&del_ids)
+            .bind(&del_units)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        }
+        if !ids.is_empty() {
+            sqlx::query(
+                "INSERT INTO task_queue (execution_id, unit, task, enqueued_at, body) \
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[]) \
+                 ON CONFLICT (execution_id, unit) DO UPDATE SET task = excluded.task, \
+                 enqueued_at = excluded.enqueued_at, body = excluded.body",
+            )
+            .bind(&ids)
+            .bind(&units)
+            .bind(&tasks)
+            .bind(&enqueued)
+            .bind(&bodies)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    /// Executions (only the non-terminal ones when `active_only`) with
+    /// their histories, oldest first.
+    async fn load_many(&self, active_only: bool) -> Result<Vec<StoredExecution>, StorageError> {
+        let clause = if active_only {
+            "WHERE x.status NOT IN ('completed', 'failed', 'cancelled')"
+        } else {
+            ""
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions x {clause} ORDER BY created_at, id"
+        ))
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        let mut out: Vec<StoredExecution> = Vec::with_capacity(rows.len());
+        let mut index: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &rows {
+            let row = execution_row(r)?;
+            index.insert(row.id.clone(), out.len());
+            out.push(StoredExecution {
+                row,
+                events: Vec::new(),
+            });
+        }
+        if out.is_empty() {
+            return Ok(out);
+        }
+        // All the histories in one ordered scan rather than a query each.
+        let events = sqlx::query(&format!(
+            "SELECT e.execution_id, e.body FROM events e JOIN executions x ON x.id = e.execution_id \
+             {clause} ORDER BY e.execution_id, e.seq"
+        ))
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        for r in &events {
+            let id: String = r.try_get(0).map_err(unavailable)?;
+            let body: String = r.try_get(1).map_err(unavailable)?;
+            if let Some(&i) = index.get(&id) {
+                out[i].events.push(decode(&body)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn events_of(
+        &self,
+        id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT body FROM events WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(id)
+        .bind(to_i64(after_seq))
+        .bind(i64::from(limit))
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| decode::<Event>(&r.try_get::<String, _>(0).map_err(unavailable)?))
+            .collect()
+    }
+}
+
+fn pool_options(max: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(acquire_timeout)
+        .after_connect(|conn, _meta| {
+            Box::pin(async move {
+                // Durability is pinned here, not left to the server's
+                // configuration: a commit is acknowledged only once flushed.
+                conn.execute("SET synchronous_commit = on").await?;
+                Ok(())
+            })
+        })
+}
+
+const EXECUTION_COLUMNS: &str =
+    "id, workflow, version, definition_hash, status, parent, input, output, error, \
+     created_at, updated_at, last_seq";
+
+fn execution_row(r: &PgRow) -> Result<ExecutionRow, StorageError> {
+    let output: Option<String> = r.try_get("output").map_err(unavailable)?;
+    let error: Option<String> = r.try_get("error").map_err(unavailable)?;
+    Ok(ExecutionRow {
+        id: r.try_get("id").map_err(unavailable)?,
+        workflow: r.try_get("workflow").map_err(unavailable)?,
+        version: r.try_get("version").map_err(unavailable)?,
+        definition_hash: r.try_get("definition_hash").map_err(unavailable)?,
+        status: r.try_get("status").map_err(unavailable)?,
+        parent: r.try_get("parent").map_err(unavailable)?,
+        input: decode(&r.try_get::<String, _>("input").map_err(unavailable)?)?,
+        output: output.as_deref().map(decode).transpose()?,
+        error: error.as_deref().map(decode).transpose()?,
+        created_at: to_u64(r.try_get("created_at").map_err(unavailable)?),
+        updated_at: to_u64(r.try_get("updated_at").map_err(unavailable)?),
+        last_seq: to_u64(r.try_get("last_seq").map_err(unavailable)?),
+    })
+}
+
+fn idempotency_row(r: &PgRow) -> Result<IdempotencyRecord, StorageError> {
+    Ok(IdempotencyRecord {
+        scope: r.try_get("scope").map_err(unavailable)?,
+        key: r.try_get("key").map_err(unavailable)?,
+        fingerprint: r.try_get("fingerprint").map_err(unavailable)?,
+        status: u16::try_from(r.try_get::<i32, _>("status").map_err(unavailable)?).unwrap_or(500),
+        body: r.try_get("body").map_err(unavailable)?,
+        expires_at: to_u64(r.try_get("expires_at").map_err(unavailable)?),
+    })
+}
+
+#[async_trait]
+impl Storage for PostgresStore {
+    async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
+        if tx.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
+        sqlx::query("BEGIN")
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        match Self::apply(&mut conn, tx).await {
+            Ok(()) => match sqlx::query("COMMIT").execute(&mut *conn).await {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    // Whatever happened, the connection must not be reused
+                    // inside a transaction or half-broken.
+                    conn.detach();
+                    Err(commit_error(e))
+                }
+            },
+            Err(err) => {
+                if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+                    // A failed rollback leaves the connection unusable; the
+                    // server rolls the transaction back when it goes away.
+                    conn.detach();
+                    tracing::warn!(error = %e, "rollback failed; connection dropped");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT name, version, hash, kind, filename, source, body, registered_at FROM definitions \
+             ORDER BY registered_at, name, version",
+        )
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                Ok(DefinitionRecord {
+                    name: r.try_get("name").map_err(unavailable)?,
+                    version: r.try_get("version").map_err(unavailable)?,
+                    hash: r.try_get("hash").map_err(unavailable)?,
+                    kind: r.try_get("kind").map_err(unavailable)?,
+                    filename: r.try_get("filename").map_err(unavailable)?,
+                    source: r.try_get("source").map_err(unavailable)?,
+                    body: decode(&r.try_get::<String, _>("body").map_err(unavailable)?)?,
+                    registered_at: to_u64(r.try_get("registered_at").map_err(unavailable)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        self.load_many(true).await
+    }
+
+    async fn load_all(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        self.load_many(false).await
+    }
+
+    async fn idempotency_records(&self, now: u64) -> Result<Vec<IdempotencyRecord>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT scope, key, fingerprint, status, body, expires_at FROM idempotency WHERE expires_at > $1",
+        )
+        .bind(to_i64(now))
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(idempotency_row).collect()
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        let rows =
+            sqlx::query("SELECT status, COUNT(*) FROM executions GROUP BY status ORDER BY status")
+                .fetch_all(&self.readers)
+                .await
+                .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>(0).map_err(unavailable)?,
+                    to_u64(r.try_get::<i64, _>(1).map_err(unavailable)?),
+                ))
+            })
+            .collect()
+    }
+
+    async fn load_execution(&self, id: &str) -> Result<Option<StoredExecution>, StorageError> {
+        let Some(row) = self.execution(id).await? else {
+            return Ok(None);
+        };
+        let events = self.events_of(id, 0, u32::MAX).await?;
+        Ok(Some(StoredExecution { row, events }))
+    }
+
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRow>, StorageError> {
+        let row = sqlx::query(&format!(
+            "SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        row.as_ref().map(execution_row).transpose()
+    }
+
+    async fn history(
+        &self,
+        id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StorageError> {
+        self.events_of(id, after_seq, limit).await
+    }
+
+    async fn list_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<ExecutionRow>, StorageError> {
+        let mut sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE 1 = 1");
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            format!("${n}")
+        };
+        if filter.status.is_some() {
+            sql.push_str(&format!(" AND status = {}", next()));
+        }
+        if filter.workflow.is_some() {
+            sql.push_str(&format!(" AND workflow = {}", next()));
+        }
+        if filter.before.is_some() {
+            let (at, id) = (next(), next());
+            sql.push_str(&format!(" AND (created_at, id) < ({at}, {id})"));
+        }
+        sql.push_str(&format!(
+            " ORDER BY created_at DESC, id DESC LIMIT {}",
+            next()
+        ));
+        let mut q = sqlx::query::<Postgres>(&sql);
+        if let Some(s) = &filter.status {
+            q = q.bind(s);
+        }
+        if let Some(w) = &filter.workflow {
+            q = q.bind(w);
+        }
+        if let Some((at, id)) = &filter.before {
+            q = q.bind(to_i64(*at)).bind(id);
+        }
+        q = q.bind(i64::from(filter.limit));
+        let rows = q.fetch_all(&self.readers).await.map_err(unavailable)?;
+        rows.iter().map(execution_row).collect()
+    }
+
+    async fn idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: u64,
+    ) -> Result<Option<IdempotencyRecord>, StorageError> {
+        let row = sqlx::query(
+            "SELECT scope, key, fingerprint, status, body, expires_at FROM idempotency \
+             WHERE scope = $1 AND key = $2 AND expires_at > $3",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(to_i64(now))
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        row.as_ref().map(idempotency_row).transpose()
+    }
+
+    async fn queue(&self) -> Result<Vec<QueueOp>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT execution_id, unit, task, enqueued_at, body FROM task_queue \
+             ORDER BY enqueued_at, execution_id, unit",
+        )
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueueOp::Enqueue {
+                    execution_id: r.try_get("execution_id").map_err(unavailable)?,
+                    unit: r.try_get("unit").map_err(unavailable)?,
+                    task: r.try_get("task").map_err(unavailable)?,
+                    enqueued_at: to_u64(r.try_get("enqueued_at").map_err(unavailable)?),
+                    body: decode(&r.try_get::<String, _>("body").map_err(unavailable)?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.readers)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}

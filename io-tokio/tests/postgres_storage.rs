@@ -1,0 +1,194 @@
+//! The storage contract suite and PostgreSQL-specific checks. They run when
+//! `ORBIT_TEST_POSTGRES` holds a URL (and fail if it is unreachable); each
+//! test works in a database of its own, dropped at the end.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod postgres_support;
+
+use orbit_io_tokio::storage::contract::{self, append};
+use orbit_io_tokio::storage::{
+    Append, PostgresOptions, PostgresStore, QueueOp, Storage, StorageError, Transaction,
+};
+use postgres_support::ScratchDatabase;
+use std::sync::Arc;
+
+fn tx(appends: Vec<Append>) -> Transaction {
+    Transaction {
+        appends,
+        ..Transaction::default()
+    }
+}
+
+async fn open(db: &ScratchDatabase) -> PostgresStore {
+    PostgresStore::open(&PostgresOptions::new(db.url()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn postgres_passes_the_storage_contract() {
+    let Some(db) = ScratchDatabase::create("contract").await else {
+        return;
+    };
+    let store = open(&db).await;
+    contract::run(&store).await.unwrap();
+    // Twice: the suite must hold on a store that already has data.
+    contract::run(&store).await.unwrap();
+    store.close().await;
+}
+
+#[tokio::test]
+async fn reopened_store_recovers_exactly_the_committed_state() {
+    let Some(db) = ScratchDatabase::create("reopen").await else {
+        return;
+    };
+    let store = open(&db).await;
+    store.commit(&tx(vec![append("e1", 0, 3)])).await.unwrap();
+    store.commit(&tx(vec![append("e1", 3, 4)])).await.unwrap();
+    let refused = store.commit(&tx(vec![append("e1", 2, 5)])).await;
+    assert!(matches!(refused, Err(StorageError::Conflict { .. })));
+    store.close().await;
+    drop(store);
+
+    // Migrations run again at open and are a no-op on a migrated database.
+    let store = open(&db).await;
+    let active = store.load_active().await.unwrap();
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].events, contract::events(1, 4));
+    assert_eq!(active[0].row, contract::row("e1", "running", 4));
+    store.close().await;
+}
+
+#[tokio::test]
+async fn synchronous_commit_is_pinned_on_every_connection() {
+    let Some(db) = ScratchDatabase::create("sync").await else {
+        return;
+    };
+    // Even when the database's own default says otherwise.
+    db.admin(&format!(
+        "ALTER DATABASE \"{}\" SET synchronous_commit = off",
+        db.name()
+    ))
+    .await;
+    let store = open(&db).await;
+    assert_eq!(store.synchronous_commit().await.unwrap(), "on");
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_batch_of_many_executions_is_one_atomic_write() {
+    let Some(db) = ScratchDatabase::create("batch").await else {
+        return;
+    };
+    let store = open(&db).await;
+    // Two appends of the same execution in one batch continue each other;
+    // the queue operations of a unit apply in order.
+    let mut t = tx((0..50).map(|i| append(&format!("b{i}"), 0, 2)).collect());
+    t.appends.push(append("b7", 2, 4));
+    for unit in ["u1", "u2"] {
+        t.queue.push(QueueOp::Enqueue {
+            execution_id: "b1".into(),
+            unit: unit.into(),
+            task: "t".into(),
+            enqueued_at: 1,
+            body: serde_json::json!({"unit": unit}),
+        });
+    }
+    t.queue.push(QueueOp::Remove {
+        execution_id: "b1".into(),
+        unit: "u1".into(),
+    });
+    store.commit(&t).await.unwrap();
+    assert_eq!(store.history("b7", 0, 100).await.unwrap().len(), 4);
+    assert_eq!(store.execution("b7").await.unwrap().unwrap().last_seq, 4);
+    assert_eq!(store.load_active().await.unwrap().len(), 50);
+    let queue = store.queue().await.unwrap();
+    assert_eq!(queue.len(), 1, "{queue:?}");
+    assert!(matches!(&queue[0], QueueOp::Enqueue { unit, .. } if unit == "u2"));
+
+    // One stale append among fifty fresh ones: nothing at all is written.
+    let mut t = tx((0..50).map(|i| append(&format!("c{i}"), 0, 1)).collect());
+    t.appends.push(append("b3", 1, 3));
+    match store.commit(&t).await {
+        Err(StorageError::Conflict { stale, fenced }) => {
+            assert_eq!(stale, vec!["b3".to_owned()]);
+            assert!(fenced.is_empty());
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(store.execution("c0").await.unwrap().is_none());
+    assert_eq!(store.load_all().await.unwrap().len(), 50);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn racing_writers_of_one_execution_never_both_win() {
+    let Some(db) = ScratchDatabase::create("race").await else {
+        return;
+    };
+    let a = Arc::new(open(&db).await);
+    let b = Arc::new(open(&db).await);
+    a.commit(&tx(vec![append("r", 0, 1)])).await.unwrap();
+    for round in 1..20u64 {
+        // Both believe `seq` is `round`; exactly one append may land.
+        let (ta, tb) = (
+            tx(vec![append("r", round, round + 1)]),
+            tx(vec![append("r", round, round + 1)]),
+        );
+        let (ra, rb) = tokio::join!(a.commit(&ta), b.commit(&tb));
+        let wins = [&ra, &rb].iter().filter(|r| r.is_ok()).count();
+        assert_eq!(wins, 1, "round {round}: {ra:?} / {rb:?}");
+        for r in [ra, rb] {
+            assert!(r.is_ok() || matches!(r, Err(StorageError::Conflict { .. })));
+        }
+    }
+    // Two writers creating the same new execution: one wins.
+    let (ta, tb) = (tx(vec![append("new", 0, 2)]), tx(vec![append("new", 0, 2)]));
+    let (ra, rb) = tokio::join!(a.commit(&ta), b.commit(&tb));
+    assert_eq!([&ra, &rb].iter().filter(|r| r.is_ok()).count(), 1);
+    assert_eq!(a.history("r", 0, 100).await.unwrap().len(), 20);
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn unreachable_database_is_unavailable_and_applies_nothing() {
+    let Some(db) = ScratchDatabase::create("down").await else {
+        return;
+    };
+    let store = open(&db).await;
+    store.commit(&tx(vec![append("x", 0, 1)])).await.unwrap();
+    // Cut the store off: no new connections, existing ones terminated.
+    db.block_connections().await;
+    let result = store
+        .commit(&tx(vec![append("x", 1, 2), append("y", 0, 1)]))
+        .await;
+    assert!(
+        matches!(result, Err(StorageError::Unavailable(_))),
+        "{result:?}"
+    );
+    assert!(store.ping().await.is_err());
+    db.allow_connections().await;
+
+    // The same store object works again by itself; nothing was half-applied.
+    assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 1);
+    assert!(store.execution("y").await.unwrap().is_none());
+    store
+        .commit(&tx(vec![append("x", 1, 2), append("y", 0, 1)]))
+        .await
+        .unwrap();
+    assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 2);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_bad_url_is_unavailable_not_a_panic() {
+    let result = PostgresStore::open(&PostgresOptions {
+        acquire_timeout: std::time::Duration::from_millis(500),
+        ..PostgresOptions::new("postgres://nobody@127.0.0.1:1/none")
+    })
+    .await;
+    assert!(matches!(result, Err(StorageError::Unavailable(_))));
+    let result = PostgresStore::open(&PostgresOptions::new("not a url")).await;
+    assert!(matches!(result, Err(StorageError::Unavailable(_))));
+}
