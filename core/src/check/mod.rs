@@ -425,3 +425,7 @@ fn check_tasks(
 fn is_semver_str(v: &str) -> bool {
     props::is_semver(v)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests;
