@@ -104,7 +104,12 @@ async fn dev(args: Args) -> Result<u8, String> {
     });
     println!("orbit dev: server on {url}, store {}", args.db);
 
-    let wallet = Arc::new(workers::Wallet::default());
+    let wallet_url = workers::wallet_url(&args.db);
+    let wallet = Arc::new(
+        workers::Wallet::open(&wallet_url)
+            .await
+            .map_err(|e| format!("example wallet {wallet_url}: {e}"))?,
+    );
     let mut running = Vec::new();
     for builder in workers::order_workers(&wallet) {
         let worker = builder
@@ -154,6 +159,7 @@ async fn dev(args: Args) -> Result<u8, String> {
         Err(e) => eprintln!("server task failed: {e}"),
     }
     driver.shutdown().await;
+    wallet.close().await;
     Ok(code)
 }
 
@@ -207,10 +213,13 @@ async fn demo(
         Status::Failed,
     )
     .await?;
-    println!(
-        "\nthe example wallet recorded {} payment effect(s), one per idempotency key",
-        wallet.effects()
-    );
+    match wallet.effects().await {
+        Ok(n) => println!(
+            "\nthe example wallet ({}) holds {n} payment effect(s), one per idempotency key",
+            workers::wallet_url(&args.db)
+        ),
+        Err(e) => eprintln!("cannot read the example wallet: {e}"),
+    }
     print_next_steps(listen, Some(&good.0));
     Ok(if good.1 && bad.1 {
         EXIT_OK

@@ -3,14 +3,17 @@
 //! by the task's `idempotency_key`, so a redelivered or retried task returns
 //! the result recorded the first time instead of doing the work twice.
 //!
-//! The payment provider is simulated by [`Wallet`]: it declines amounts
-//! above [`CARD_LIMIT`] (a permanent failure, so the demo's large order
-//! compensates) and remembers every charge and refund by key.
+//! The payment provider is simulated by [`Wallet`], a small SQLite database
+//! of its own: a charge or refund and its idempotency key are written in one
+//! transaction, and a repeat of the key returns the recorded answer. It
+//! declines amounts above [`CARD_LIMIT`] (a permanent failure, so the demo's
+//! large order compensates).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::str::FromStr;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
 use crate::sdk::{Task, TaskError, Worker, WorkerBuilder};
 
@@ -18,27 +21,88 @@ use crate::sdk::{Task, TaskError, Worker, WorkerBuilder};
 pub const CARD_LIMIT: i64 = 1_000;
 
 /// A pretend payment provider that deduplicates by idempotency key.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone)]
 pub struct Wallet {
-    /// Recorded effects by idempotency key: the answer given the first time.
-    effects: Mutex<BTreeMap<String, Value>>,
+    pool: SqlitePool,
 }
 
 impl Wallet {
-    /// Performs `effect` once per `key`; a repeat returns the recorded answer.
-    fn once(&self, key: &str, effect: impl FnOnce(usize) -> Value) -> Value {
-        let mut effects = self.effects.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(done) = effects.get(key) {
-            return done.clone();
-        }
-        let answer = effect(effects.len() + 1);
-        effects.insert(key.to_string(), answer.clone());
-        answer
+    /// Opens (creating if needed) the wallet database at `url` (`sqlite://…`).
+    pub async fn open(url: &str) -> Result<Wallet, sqlx::Error> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS payments (
+                idempotency_key TEXT PRIMARY KEY,
+                kind TEXT NOT NULL,
+                amount INTEGER NOT NULL,
+                answer TEXT NOT NULL
+            )",
+        )
+        .execute(&pool)
+        .await?;
+        Ok(Wallet { pool })
+    }
+
+    /// Records the effect `kind` of `amount` under `key` with `answer`, in
+    /// one transaction; when `key` was seen before, nothing is written and
+    /// the answer recorded then is returned.
+    async fn once(
+        &self,
+        key: &str,
+        kind: &str,
+        amount: i64,
+        answer: Value,
+    ) -> Result<Value, TaskError> {
+        let unavailable =
+            |e: sqlx::Error| TaskError::retryable("WALLET_UNAVAILABLE", e.to_string());
+        let mut tx = self.pool.begin().await.map_err(unavailable)?;
+        sqlx::query(
+            "INSERT INTO payments (idempotency_key, kind, amount, answer) VALUES (?, ?, ?, ?)
+             ON CONFLICT (idempotency_key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(kind)
+        .bind(amount)
+        .bind(answer.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+        let recorded: String =
+            sqlx::query_scalar("SELECT answer FROM payments WHERE idempotency_key = ?")
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
+        serde_json::from_str(&recorded)
+            .map_err(|e| TaskError::fatal("WALLET_CORRUPT", e.to_string()))
     }
 
     /// How many distinct effects (charges and refunds) were recorded.
-    pub fn effects(&self) -> usize {
-        self.effects.lock().map(|e| e.len()).unwrap_or_default()
+    pub async fn effects(&self) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM payments")
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// Closes the database.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// The wallet's database URL for a store URL: `sqlite://orbit-dev.db` →
+/// `sqlite://orbit-dev-wallet.db`.
+pub fn wallet_url(store: &str) -> String {
+    match store.strip_suffix(".db") {
+        Some(stem) => format!("{stem}-wallet.db"),
+        None => format!("{store}-wallet"),
     }
 }
 
@@ -70,6 +134,11 @@ fn tag(key: &str) -> String {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     format!("{:08x}", sum & 0xffff_ffff)
+}
+
+/// A fresh random id for a new transaction or refund.
+fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
 }
 
 /// The workers for the example order workflow, one per service, sharing
@@ -112,19 +181,21 @@ pub fn order_workers(wallet: &Arc<Wallet>) -> Vec<WorkerBuilder> {
                         "amount must be positive",
                     ));
                 }
-                Ok(wallet.once(&task.idempotency_key, |n| {
-                    json!({ "transaction_id": format!("tx-{n}-{}", tag(&task.idempotency_key)) })
-                }))
+                let fresh = json!({ "transaction_id": format!("tx-{}", short_id()) });
+                wallet
+                    .once(&task.idempotency_key, "charge", amount, fresh)
+                    .await
             }
         })
         .handler("payments.refund", move |task: Task| {
             let wallet = Arc::clone(&refund_wallet);
             async move {
                 text(&task, "transaction_id")?;
-                Ok(wallet.once(
-                    &task.idempotency_key,
-                    |n| json!({ "refund_id": format!("rf-{n}-{}", tag(&task.idempotency_key)) }),
-                ))
+                let amount = int(&task, "amount")?;
+                let fresh = json!({ "refund_id": format!("rf-{}", short_id()) });
+                wallet
+                    .once(&task.idempotency_key, "refund", amount, fresh)
+                    .await
             }
         });
 
@@ -142,15 +213,43 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    #[tokio::test]
+    async fn the_wallet_records_each_key_once_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/w.db", dir.path().display());
+        let w = Wallet::open(&url).await.unwrap();
+        let a = w
+            .once("charge-o-1", "charge", 5, json!({"t": 1}))
+            .await
+            .unwrap();
+        let b = w
+            .once("charge-o-1", "charge", 5, json!({"t": 2}))
+            .await
+            .unwrap();
+        let c = w
+            .once("charge-o-2", "charge", 5, json!({"t": 3}))
+            .await
+            .unwrap();
+        assert_eq!(a, json!({"t": 1}));
+        assert_eq!(b, json!({"t": 1}));
+        assert_eq!(c, json!({"t": 3}));
+        assert_eq!(w.effects().await.unwrap(), 2);
+        w.close().await;
+        let again = Wallet::open(&url).await.unwrap();
+        let d = again
+            .once("charge-o-1", "charge", 5, json!({"t": 9}))
+            .await
+            .unwrap();
+        assert_eq!(d, json!({"t": 1}));
+    }
+
     #[test]
-    fn the_wallet_charges_once_per_key() {
-        let w = Wallet::default();
-        let a = w.once("charge-o-1", |n| json!(n));
-        let b = w.once("charge-o-1", |n| json!(n + 100));
-        let c = w.once("charge-o-2", |n| json!(n));
-        assert_eq!(a, b);
-        assert_ne!(a, c);
-        assert_eq!(w.effects(), 2);
+    fn wallet_urls() {
+        assert_eq!(
+            wallet_url("sqlite://orbit-dev.db"),
+            "sqlite://orbit-dev-wallet.db"
+        );
+        assert_eq!(wallet_url("sqlite://x"), "sqlite://x-wallet");
     }
 
     #[test]
