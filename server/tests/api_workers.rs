@@ -260,6 +260,11 @@ async fn metrics_count_dispatches_and_sessions() {
     s.deploy(PLAIN).await;
     let session = s.register("w-1", &["demo.*"]).await;
     s.start_plain("m-1").await;
+    let (_, text) = s.get("/metrics").await;
+    assert!(
+        text.as_str().unwrap().contains("orbit_queue_depth 1"),
+        "{text}"
+    );
     let tasks = s.poll(&session, 2_000).await;
     let token = tasks[0]["token"].as_str().unwrap();
     s.post(
@@ -272,8 +277,20 @@ async fn metrics_count_dispatches_and_sessions() {
     assert!(text.contains("orbit_steps_dispatched_total 1"), "{text}");
     assert!(text.contains("orbit_steps_succeeded_total 1"), "{text}");
     assert!(text.contains("orbit_worker_sessions 1"), "{text}");
+    assert!(text.contains("orbit_queue_depth 0"), "{text}");
     assert!(
         text.contains("orbit_executions{status=\"completed\"} 1"),
+        "{text}"
+    );
+    s.call(
+        Method::DELETE,
+        &format!("/v1/workers/{session}"),
+        json!(null),
+    )
+    .await;
+    let (_, text) = s.get("/metrics").await;
+    assert!(
+        text.as_str().unwrap().contains("orbit_worker_sessions 0"),
         "{text}"
     );
 }

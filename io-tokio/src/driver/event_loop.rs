@@ -140,7 +140,7 @@ impl EventLoop {
                     execution_id,
                     events,
                 } => {
-                    self.metrics.record_events(&events);
+                    self.metrics.record_events(&execution_id, &events);
                     let _ = self.committed.send(Committed {
                         execution_id,
                         events,

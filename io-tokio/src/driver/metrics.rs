@@ -2,8 +2,11 @@
 //! Prometheus text format by [`Metrics::render`]. They reset on restart.
 
 use orbit_core::history::{Event, EventKind};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// A fixed-bucket histogram.
 #[derive(Debug)]
@@ -79,11 +82,13 @@ pub struct Metrics {
     pub steps_failed: AtomicU64,
     /// `StepScheduled` with `redelivery: true`.
     pub redeliveries: AtomicU64,
-    /// Units queued and not yet dispatched (`StepScheduled` minus
-    /// `StepDispatched` and queued units resolved without dispatch).
+    /// Units queued and not yet dispatched (see [`Metrics::record_events`]).
     pub queue_depth: AtomicI64,
-    /// Worker sessions registered and not unregistered or expired.
+    /// Worker sessions registered and not unregistered or expired (see
+    /// [`Metrics::live_sessions`]).
     pub sessions: AtomicI64,
+    queued: Mutex<BTreeSet<(String, String)>>,
+    contacts: Mutex<HashMap<String, Instant>>,
     /// Group commits that failed.
     pub commit_failures: AtomicU64,
     /// Seconds per group commit.
@@ -104,6 +109,8 @@ impl Default for Metrics {
             redeliveries: AtomicU64::new(0),
             queue_depth: AtomicI64::new(0),
             sessions: AtomicI64::new(0),
+            queued: Mutex::new(BTreeSet::new()),
+            contacts: Mutex::new(HashMap::new()),
             commit_failures: AtomicU64::new(0),
             commit_latency: Histogram::new(LATENCY_BOUNDS),
             batches_per_commit: Histogram::new(SIZE_BOUNDS),
@@ -113,35 +120,94 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Counts committed events.
-    pub fn record_events(&self, events: &[Event]) {
+    /// Counts committed events of `execution_id`. A unit is queued from
+    /// its `StepScheduled` until it is dispatched or resolved, or its
+    /// execution ends.
+    pub fn record_events(&self, execution_id: &str, events: &[Event]) {
+        let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
         for e in events {
             match &e.kind {
-                EventKind::StepScheduled { redelivery, .. } => {
-                    self.queue_depth.fetch_add(1, Ordering::Relaxed);
+                EventKind::StepScheduled {
+                    step, redelivery, ..
+                } => {
+                    queued.insert((execution_id.to_owned(), step.clone()));
                     if *redelivery {
                         self.redeliveries.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                EventKind::StepDispatched { .. } => {
-                    self.queue_depth.fetch_sub(1, Ordering::Relaxed);
+                EventKind::StepDispatched { step, .. } => {
+                    queued.remove(&(execution_id.to_owned(), step.clone()));
                     self.steps_dispatched.fetch_add(1, Ordering::Relaxed);
                 }
-                EventKind::StepSucceeded { .. } => {
+                EventKind::StepSucceeded { step, .. } => {
+                    queued.remove(&(execution_id.to_owned(), step.clone()));
                     self.steps_succeeded.fetch_add(1, Ordering::Relaxed);
                 }
                 EventKind::StepAttemptFailed { .. } => {
                     self.step_attempts_failed.fetch_add(1, Ordering::Relaxed);
                 }
-                EventKind::StepFailed { error, .. } => {
+                EventKind::StepFailed { step, .. } => {
+                    queued.remove(&(execution_id.to_owned(), step.clone()));
                     self.steps_failed.fetch_add(1, Ordering::Relaxed);
-                    if error.code == "QUEUE_TIMEOUT" {
-                        self.queue_depth.fetch_sub(1, Ordering::Relaxed);
-                    }
+                }
+                EventKind::WorkflowCompleted { .. }
+                | EventKind::WorkflowFailed { .. }
+                | EventKind::WorkflowCancelled { .. } => {
+                    queued.retain(|(id, _)| id != execution_id);
                 }
                 _ => {}
             }
         }
+        let depth = i64::try_from(queued.len()).unwrap_or(i64::MAX);
+        self.queue_depth.store(depth, Ordering::Relaxed);
+    }
+
+    /// Seeds the queue gauge from recovered histories (counters stay 0).
+    pub fn recover_queue(&self, execution_id: &str, events: &[Event]) {
+        let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        for e in events {
+            match &e.kind {
+                EventKind::StepScheduled { step, .. } => {
+                    queued.insert((execution_id.to_owned(), step.clone()));
+                }
+                EventKind::StepDispatched { step, .. }
+                | EventKind::StepSucceeded { step, .. }
+                | EventKind::StepFailed { step, .. } => {
+                    queued.remove(&(execution_id.to_owned(), step.clone()));
+                }
+                EventKind::WorkflowCompleted { .. }
+                | EventKind::WorkflowFailed { .. }
+                | EventKind::WorkflowCancelled { .. } => {
+                    queued.retain(|(id, _)| id != execution_id);
+                }
+                _ => {}
+            }
+        }
+        let depth = i64::try_from(queued.len()).unwrap_or(i64::MAX);
+        self.queue_depth.store(depth, Ordering::Relaxed);
+    }
+
+    /// A worker session was registered or called.
+    pub fn session_seen(&self, session_id: &str) {
+        let mut contacts = self.contacts.lock().unwrap_or_else(|e| e.into_inner());
+        contacts.insert(session_id.to_owned(), Instant::now());
+    }
+
+    /// A worker session unregistered or is unknown to the engine.
+    pub fn session_gone(&self, session_id: &str) {
+        let mut contacts = self.contacts.lock().unwrap_or_else(|e| e.into_inner());
+        contacts.remove(session_id);
+    }
+
+    /// Counts sessions heard from within `timeout` (the engine expires the
+    /// others), forgets the rest, and updates the `sessions` gauge.
+    pub fn live_sessions(&self, timeout: Duration) -> usize {
+        let mut contacts = self.contacts.lock().unwrap_or_else(|e| e.into_inner());
+        contacts.retain(|_, seen| seen.elapsed() <= timeout);
+        let n = contacts.len();
+        self.sessions
+            .store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+        n
     }
 
     /// Renders everything in the Prometheus text format, with `by_status`

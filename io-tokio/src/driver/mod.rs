@@ -118,12 +118,16 @@ impl Driver {
                 decoded
             })
             .collect();
+        let metrics = Arc::new(Metrics::default());
         let executions = store
             .load_all()
             .await?
             .into_iter()
             .map(convert::execution_from_store)
             .collect::<Vec<_>>();
+        for e in &executions {
+            metrics.recover_queue(&e.execution_id, &e.events);
+        }
         let idempotency = store
             .idempotency_records(now)
             .await?
@@ -145,7 +149,6 @@ impl Driver {
         );
         let (commands, rx) = mpsc::unbounded_channel();
         let (committed, _) = broadcast::channel(1024);
-        let metrics = Arc::new(Metrics::default());
         let shared = Arc::new(Shared {
             commands,
             next_id: AtomicU64::new(1),
@@ -167,7 +170,10 @@ impl Driver {
     pub async fn call(&self, request: Request) -> Response {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let kind = SessionChange::of(&request);
+        let session = session_of(&request).map(str::to_owned);
+        if let Some(id) = &session {
+            self.shared.metrics.session_seen(id);
+        }
         if self
             .shared
             .commands
@@ -187,23 +193,22 @@ impl Driver {
         };
         let response = rx.await;
         guard.armed = false;
-        match response {
-            Ok(r) => {
-                if r.status == 200 {
-                    match kind {
-                        SessionChange::Opened => {
-                            self.shared.metrics.sessions.fetch_add(1, Ordering::Relaxed);
-                        }
-                        SessionChange::Closed => {
-                            self.shared.metrics.sessions.fetch_sub(1, Ordering::Relaxed);
-                        }
-                        SessionChange::None => {}
-                    }
+        let Ok(response) = response else {
+            return shutting_down();
+        };
+        let metrics = &self.shared.metrics;
+        match (&session, response.status) {
+            (Some(id), 404) => metrics.session_gone(id),
+            (Some(id), 200) if unregisters(&response) => metrics.session_gone(id),
+            (Some(id), _) => metrics.session_seen(id),
+            (None, 200) => {
+                if let Some(new) = response.body.get("session_id").and_then(|v| v.as_str()) {
+                    metrics.session_seen(new);
                 }
-                r
             }
-            Err(_) => shutting_down(),
+            _ => {}
         }
+        response
     }
 
     /// Committed events of every execution, as they become durable.
@@ -211,8 +216,10 @@ impl Driver {
         self.shared.committed.subscribe()
     }
 
-    /// The driver's metrics.
+    /// The driver's metrics (the session gauge refreshed).
     pub fn metrics(&self) -> &Metrics {
+        let timeout = Duration::from_millis(self.shared.session_timeout_ms);
+        self.shared.metrics.live_sessions(timeout);
         &self.shared.metrics
     }
 
@@ -242,20 +249,18 @@ impl Driver {
     }
 }
 
-enum SessionChange {
-    Opened,
-    Closed,
-    None,
+/// The worker session a request is made in, if any.
+fn session_of(request: &Request) -> Option<&str> {
+    match request {
+        Request::Poll { session_id, .. }
+        | Request::Heartbeat { session_id, .. }
+        | Request::Unregister { session_id } => Some(session_id),
+        _ => None,
+    }
 }
 
-impl SessionChange {
-    fn of(request: &Request) -> SessionChange {
-        match request {
-            Request::RegisterWorker { .. } => SessionChange::Opened,
-            Request::Unregister { .. } => SessionChange::Closed,
-            _ => SessionChange::None,
-        }
-    }
+fn unregisters(response: &Response) -> bool {
+    response.body.get("unregistered").and_then(|v| v.as_bool()) == Some(true)
 }
 
 fn shutting_down() -> Response {
