@@ -190,6 +190,45 @@ async fn history_streams_as_server_sent_events_until_terminal() {
 }
 
 #[tokio::test]
+async fn history_stream_resumes_after_last_event_id() {
+    let s = Server::start().await;
+    s.deploy(PLAIN).await;
+    s.start_plain("sse-2").await;
+    s.post("/v1/executions/sse-2/cancel", json!(null)).await;
+    let (_, e) = s
+        .post("/v1/executions/sse-2/wait?timeout_ms=5000", json!(null))
+        .await;
+    assert_eq!(e["status"], "cancelled");
+    let response = s
+        .router
+        .clone()
+        .oneshot(
+            Request::get("/v1/executions/sse-2/history")
+                .header("accept", "text/event-stream")
+                .header("last-event-id", "2")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut stream = response.into_body().into_data_stream();
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+    })
+    .await
+    .expect("a finished execution's stream ends");
+    assert!(
+        !text.contains("id: 1\n") && !text.contains("id: 2\n"),
+        "{text}"
+    );
+    assert!(text.contains("id: 3\n"), "{text}");
+    assert!(text.contains("event: WorkflowCancelled"), "{text}");
+}
+
+#[tokio::test]
 async fn history_stream_of_unknown_execution_is_404() {
     let s = Server::start().await;
     let response = s

@@ -1,7 +1,7 @@
 //! `GET /v1/executions/{id}/history?after_seq=`: a JSON page, or with
 //! `Accept: text/event-stream` a stream of the events as they commit (one
 //! SSE message per event, `id` = seq, `event` = type), ending after the
-//! terminal event.
+//! terminal event. A `Last-Event-ID` header resumes after that seq.
 
 use super::error::ApiError;
 use super::extract::{Path, Query};
@@ -69,7 +69,12 @@ pub async fn history(
             format!("no execution `{id}`"),
         ));
     }
-    let after = q.after_seq.unwrap_or(0);
+    // A reconnecting EventSource names the last event it received.
+    let last_event_id = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let after = q.after_seq.or(last_event_id).unwrap_or(0);
     let backlog = store
         .history(&id, after, u32::MAX)
         .await
