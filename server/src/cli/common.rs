@@ -94,7 +94,13 @@ pub type Outcome = Result<u8, Failure>;
 impl ClientArgs {
     /// A client for these options.
     pub fn client(&self) -> Result<Client, Failure> {
-        Ok(Client::connect(&self.server)
+        // An empty `ORBIT_SERVER` means "not set".
+        let server = if self.server.trim().is_empty() {
+            DEFAULT_SERVER
+        } else {
+            self.server.trim()
+        };
+        Ok(Client::connect(server)
             .map_err(Failure::from)?
             .with_token(self.token.clone()))
     }
