@@ -294,3 +294,41 @@ async fn metrics_count_dispatches_and_sessions() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_poll_whose_client_went_away_gets_no_task() {
+    let s = Server::start().await;
+    s.deploy(PLAIN).await;
+    let gone = s.register("w-gone", &["demo.*"]).await;
+    let parked = {
+        let router = s.router.clone();
+        let driver = s.driver.clone();
+        tokio::spawn(async move {
+            let dir = tempfile::tempdir().unwrap();
+            let s2 = api_support::Server {
+                router,
+                driver,
+                dir,
+            };
+            s2.poll(&gone, 10_000).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    parked.abort();
+    let _ = parked.await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.start_plain("gone-1").await;
+    let other = s.register("w-2", &["demo.*"]).await;
+    let tasks = s.poll(&other, 2_000).await;
+    assert_eq!(tasks.len(), 1, "the abandoned poll took the task");
+    assert_eq!(tasks[0]["redelivery"], false);
+    let (_, h) = s.get("/v1/executions/gone-1/history").await;
+    let dispatches: Vec<&str> = h["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "StepDispatched")
+        .map(|e| e["worker_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(dispatches, vec!["w-2"]);
+}

@@ -264,3 +264,52 @@ async fn unreported_dispatch_is_redelivered_after_restart_and_one_session_timeou
     );
     assert_eq!(types.iter().filter(|t| *t == "StepSucceeded").count(), 1);
 }
+
+#[tokio::test]
+async fn sigterm_answers_parked_polls_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("orbit.db");
+    let port = free_port();
+    let mut server = start(&db, port, "30").await;
+    let (_, reg) = post(
+        &server.base,
+        "/v1/workers",
+        json!({"worker_id": "idle", "task_patterns": ["*"]}),
+    )
+    .await;
+    let session = reg["session_id"].as_str().unwrap().to_owned();
+    let base = server.base.clone();
+    let parked = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/v1/workers/{session}/poll"))
+            .json(&json!({"wait_ms": 30000}))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = loop {
+        if let Some(code) = server.child.try_wait().unwrap() {
+            break code;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "server did not stop"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+    // The parked poll was answered (503) or its connection closed; it did
+    // not hold the shutdown for its 30 s.
+    match parked.await.unwrap() {
+        Ok(code) => assert_eq!(code, 503),
+        Err(e) => assert!(e.is_connect() || e.is_request() || e.is_body(), "{e}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

@@ -5,7 +5,9 @@ use crate::api::{self, AppState, DEFAULT_MAX_BODY};
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config;
 use orbit_io_tokio::driver::{self, Driver};
-use orbit_io_tokio::storage::{SqliteOptions, SqliteStore, Storage};
+use orbit_io_tokio::storage::{
+    PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
+};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,7 +16,8 @@ use std::time::Duration;
 /// `orbit server` options.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// Database URL (`sqlite://PATH`; created on first start).
+    /// Database URL: `sqlite://PATH` (created on first start) or
+    /// `postgres://USER@HOST:PORT/DB` (the database must exist).
     #[arg(long, env = "ORBIT_DB", default_value = "sqlite://orbit.db")]
     pub db: String,
     /// Address to listen on. Non-loopback addresses need `--insecure` (there
@@ -79,12 +82,11 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Storage>, ServerError> {
         let store = SqliteStore::open(&SqliteOptions::new(url)).await?;
         Ok(Arc::new(store))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        Err(ServerError::Usage(
-            "PostgreSQL storage is not available in this version; use --db sqlite://PATH".into(),
-        ))
+        let store = PostgresStore::open(&PostgresOptions::new(url)).await?;
+        Ok(Arc::new(store))
     } else {
         Err(ServerError::Usage(format!(
-            "--db `{url}`: expected sqlite://PATH"
+            "--db `{url}`: expected sqlite://PATH or postgres://USER@HOST/DB"
         )))
     }
 }
@@ -119,10 +121,16 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
     eprintln!("orbit server listening on http://{bound}");
+    // On a signal, stop the engine first: parked long polls and waits are
+    // answered 503 at once instead of holding the shutdown for minutes.
+    let stopping = driver.clone();
     axum::serve(listener, api::app(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            stopping.shutdown().await;
+        })
         .await?;
-    tracing::info!("shutting down");
     driver.shutdown().await;
     Ok(())
 }
