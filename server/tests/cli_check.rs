@@ -140,3 +140,121 @@ fn explain_prints_the_explanation_or_refuses_unknown_codes() {
     assert!(out.stdout.is_empty());
     assert!(text(&out.stderr).contains("`E9999` is not a diagnostic code"));
 }
+
+/// A one-purpose HTTP server answering `GET /v1/definitions/{name}/{version}`
+/// from `definitions`; 404 for anything else. Returns its base URL.
+fn fake_server(definitions: Vec<orbit_core::Definition>) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).unwrap();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+                    break;
+                }
+            }
+            let path = request_line.split(' ').nth(1).unwrap_or("").to_string();
+            let found = definitions.iter().find(|d| {
+                path == format!("/v1/definitions/{}/{}", d.workflow.name, d.workflow.version)
+            });
+            let (status, body) = match found {
+                Some(d) => (
+                    "200 OK",
+                    serde_json::json!({
+                        "name": d.workflow.name,
+                        "version": d.workflow.version,
+                        "definition_hash": d.hash,
+                        "source": "",
+                        "definition": d.workflow,
+                    }),
+                ),
+                None => (
+                    "404 Not Found",
+                    serde_json::json!({"error": {"code": "UNKNOWN_WORKFLOW", "message": "no such workflow"}}),
+                ),
+            };
+            let body = body.to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn check_server_resolves_registered_children_and_pins_their_hash() {
+    let order = std::fs::read_to_string(repo().join("examples/order.orbit")).unwrap();
+    let all = orbit_core::compile(
+        &[orbit_core::Source {
+            name: "order.orbit".into(),
+            text: order.clone(),
+        }],
+        &|_, _| None,
+    );
+    let shipping = all
+        .definitions
+        .iter()
+        .find(|d| d.workflow.name == "Shipping")
+        .unwrap()
+        .clone();
+    let order_hash = all
+        .definitions
+        .iter()
+        .find(|d| d.workflow.name == "Order")
+        .unwrap()
+        .hash
+        .clone();
+
+    // The same file without the Shipping workflow.
+    let start = order.find("workflow Shipping").unwrap();
+    let end = order.find("workflow Order").unwrap();
+    let parent_only = format!("{}{}", &order[..start], &order[end..]);
+    let dir = std::env::temp_dir().join(format!("orbit-cli-server-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("parent.orbit");
+    std::fs::write(&path, parent_only).unwrap();
+    let path = path.to_str().unwrap();
+
+    let out = orbit(&["check", path]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("error[E0103]"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let url = fake_server(vec![shipping]);
+    let out = orbit(&["check", "--server", &url, path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("Order 1.0.0 {order_hash}\n"));
+}
+
+#[test]
+fn check_server_that_cannot_be_reached_exits_2() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let order = std::fs::read_to_string(repo().join("examples/order.orbit")).unwrap();
+    let start = order.find("workflow Shipping").unwrap();
+    let end = order.find("workflow Order").unwrap();
+    let dir = std::env::temp_dir().join(format!("orbit-cli-down-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("parent.orbit");
+    std::fs::write(&path, format!("{}{}", &order[..start], &order[end..])).unwrap();
+    let out = orbit(&["check", "--server", &url, path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cannot reach"),
+        "{}",
+        text(&out.stderr)
+    );
+}
