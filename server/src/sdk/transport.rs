@@ -184,7 +184,7 @@ impl ReqwestTransport {
             } else if e.is_connect() {
                 TransportError::Connect {
                     target: self.base.clone(),
-                    message: error_chain(&e),
+                    message: root_cause(&e),
                 }
             } else if e.is_builder() {
                 TransportError::Invalid(error_chain(&e))
@@ -227,6 +227,17 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     text
+}
+
+/// The innermost error of a chain ("Connection refused (os error 111)").
+fn root_cause(error: &dyn std::error::Error) -> String {
+    let mut last = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        last = inner.to_string();
+        source = inner.source();
+    }
+    last
 }
 
 impl Transport for ReqwestTransport {
