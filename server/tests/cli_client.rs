@@ -87,7 +87,8 @@ fn deploy_run_wait_status_ls_logs() {
         &["run", "Plain", "--input", r#"{"n": 21}"#, "--id", "p-1"],
     );
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("already exists"), "{}", r.stdout);
+    assert_eq!(r.stdout, "p-1\n");
+    assert!(r.stderr.contains("already exists"), "{}", r.stderr);
 
     // A failing execution under --wait exits 1.
     let r = orbit(

@@ -61,13 +61,15 @@ async fn start(args: &Args) -> Outcome {
     if !args.wait {
         if args.client.json {
             print_json(&started)?;
-        } else if started.created {
-            println!("started {}", started.execution_id);
         } else {
-            println!(
-                "{} already exists (not started again)",
-                started.execution_id
-            );
+            // stdout is just the id, so scripts can capture it.
+            println!("{}", started.execution_id);
+            if !started.created {
+                eprintln!(
+                    "note: {} already exists; it was not started again",
+                    started.execution_id
+                );
+            }
         }
         return Ok(EXIT_OK);
     }
