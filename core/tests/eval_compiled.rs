@@ -271,3 +271,115 @@ fn keys_built_with_string_are_stable_and_typed() {
     assert_eq!(keys[0], json!(r#"o-1/{"qty":5,"sku":"A"}"#));
     assert_eq!(keys[0], keys[1]);
 }
+
+fn order_workflow() -> Workflow {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/order.orbit");
+    let text = std::fs::read_to_string(path).unwrap();
+    let compiled = compile(
+        &[Source {
+            name: "order.orbit".into(),
+            text,
+        }],
+        &|_, _| None,
+    );
+    assert!(
+        compiled.diagnostics.is_empty(),
+        "{:?}",
+        compiled.diagnostics
+    );
+    compiled
+        .definitions
+        .into_iter()
+        .find(|d| d.workflow.name == "Order")
+        .unwrap()
+        .workflow
+}
+
+#[test]
+fn the_reference_order_workflow_evaluates_its_keys_and_compensations() {
+    let wf = order_workflow();
+    let raw = json!({
+        "order_id": "o-42", "amount": 1999, "currency": "EUR",
+        "items": [{"sku": "A-1", "qty": 1}, {"sku": "B-2", "qty": 3}]
+    });
+    let mut run = Run::new(&wf, raw);
+    run.steps
+        .insert("validate_order".into(), json!({"ok": true}));
+
+    // Fan-out: the list, then one key and input per element.
+    let list = &wf.step("reserve").unwrap().for_each.as_ref().unwrap().list;
+    let items = run.eval(list).unwrap();
+    assert_eq!(items.as_array().unwrap().len(), 2);
+    run.vars.insert("item".into(), items[1].clone());
+    assert_eq!(
+        run.eval(task_key(&wf, "reserve")).unwrap(),
+        json!("o-42/B-2")
+    );
+    assert_eq!(
+        run.eval(task_input(&wf, "reserve")).unwrap(),
+        json!({"order_id": "o-42", "items": [{"sku": "B-2", "qty": 3}]})
+    );
+
+    // The charge.
+    run.vars.clear();
+    run.steps.insert(
+        "reserve".into(),
+        json!([{"reservation_id": "r-0"}, {"reservation_id": "r-1"}]),
+    );
+    assert_eq!(
+        run.eval(task_key(&wf, "process_payment")).unwrap(),
+        json!("charge-o-42")
+    );
+    assert_eq!(
+        run.eval(task_input(&wf, "process_payment")).unwrap(),
+        json!({"order_id": "o-42", "amount": 1999, "currency": "EUR"})
+    );
+
+    // Compensations read the compensated unit's own output, bound under the
+    // step's name (one element's output for the fan-out).
+    let release = &wf
+        .step("reserve")
+        .unwrap()
+        .compensate
+        .as_ref()
+        .unwrap()
+        .call;
+    run.vars.insert("item".into(), items[1].clone());
+    run.vars
+        .insert("reserve".into(), json!({"reservation_id": "r-1"}));
+    assert_eq!(
+        run.eval(&release.input).unwrap(),
+        json!({"reservation_id": "r-1"})
+    );
+
+    let refund = &wf
+        .step("process_payment")
+        .unwrap()
+        .compensate
+        .as_ref()
+        .unwrap()
+        .call;
+    run.vars.clear();
+    run.vars
+        .insert("process_payment".into(), json!({"transaction_id": "t-9"}));
+    assert_eq!(
+        run.eval(&refund.input).unwrap(),
+        json!({"transaction_id": "t-9", "amount": 1999})
+    );
+    assert_eq!(
+        run.eval(refund.idempotency_key.as_ref().unwrap()).unwrap(),
+        json!("refund-t-9")
+    );
+
+    // The workflow's output.
+    run.vars.clear();
+    run.steps
+        .insert("process_payment".into(), json!({"transaction_id": "t-9"}));
+    run.steps.insert("cool_off".into(), json!({}));
+    run.steps
+        .insert("ship".into(), json!({"tracking": "TRK-1"}));
+    assert_eq!(
+        run.eval(wf.output.as_ref().unwrap()).unwrap(),
+        json!({"transaction_id": "t-9", "tracking": "TRK-1"})
+    );
+}
