@@ -125,8 +125,9 @@ fn to_string(x: Val, raw: &Value) -> String {
 }
 
 /// `int(x)`: a `Float` truncates toward zero, a `String` must be a decimal
-/// integer (optional sign, no spaces), a `Duration` gives its milliseconds,
-/// `true`/`false` give 1/0.
+/// integer (optional sign, no spaces), a `Duration` gives its milliseconds.
+/// Like the compiler, which refuses `int(true)`, a `Json` holding a `Bool`
+/// (or anything else) is not converted.
 fn to_int(x: Val, raw: &Value) -> Result<i64, EvalError> {
     let fail = || EvalError::Conversion {
         value: canonical_json(raw),
@@ -134,7 +135,6 @@ fn to_int(x: Val, raw: &Value) -> Result<i64, EvalError> {
     };
     match x {
         Val::Int(i) | Val::Duration(i) => Ok(i),
-        Val::Bool(b) => Ok(i64::from(b)),
         Val::Float(f) => {
             let t = f.trunc();
             const LIMIT: f64 = 9_223_372_036_854_775_808.0;
@@ -145,12 +145,12 @@ fn to_int(x: Val, raw: &Value) -> Result<i64, EvalError> {
             }
         }
         Val::Str(s) => s.parse::<i64>().map_err(|_| fail()),
-        Val::Null | Val::List(_) | Val::Record(_) => Err(fail()),
+        Val::Null | Val::Bool(_) | Val::List(_) | Val::Record(_) => Err(fail()),
     }
 }
 
-/// `float(x)`: from `Int`, `Float`, `Duration` (milliseconds), `Bool` (1.0 /
-/// 0.0) or a `String` holding a finite number.
+/// `float(x)`: from `Int`, `Float`, `Duration` (milliseconds) or a `String`
+/// holding a finite number (no spaces).
 fn to_float(x: Val, raw: &Value) -> Result<Value, EvalError> {
     let fail = || EvalError::Conversion {
         value: canonical_json(raw),
@@ -159,9 +159,8 @@ fn to_float(x: Val, raw: &Value) -> Result<Value, EvalError> {
     let f = match x {
         Val::Int(i) | Val::Duration(i) => i as f64,
         Val::Float(f) => f,
-        Val::Bool(b) => f64::from(u8::from(b)),
-        Val::Str(s) => s.trim().parse::<f64>().map_err(|_| fail())?,
-        Val::Null | Val::List(_) | Val::Record(_) => return Err(fail()),
+        Val::Str(s) => s.parse::<f64>().map_err(|_| fail())?,
+        Val::Null | Val::Bool(_) | Val::List(_) | Val::Record(_) => return Err(fail()),
     };
     serde_json::Number::from_f64(f)
         .filter(|_| f.is_finite())

@@ -772,7 +772,10 @@ fn int_and_float_conversions() {
     assert_eq!(i(string("-17")).unwrap(), json!(-17));
     assert_eq!(i(string("+17")).unwrap(), json!(17));
     assert_eq!(i(dur(1_500)).unwrap(), json!(1_500));
-    assert_eq!(i(boolean(true)).unwrap(), json!(1));
+    assert_eq!(
+        i(jsonv(json!(true))).unwrap_err().to_string(),
+        "cannot convert true to Int"
+    );
     assert_eq!(i(int(5)).unwrap(), json!(5));
     assert_eq!(i(jsonv(json!("12"))).unwrap(), json!(12));
     assert!(matches!(
@@ -798,6 +801,14 @@ fn int_and_float_conversions() {
         Err(EvalError::Conversion { .. })
     ));
     assert!(matches!(f(string("x")), Err(EvalError::Conversion { .. })));
+    assert!(matches!(
+        f(string(" 2.5")),
+        Err(EvalError::Conversion { .. })
+    ));
+    assert!(matches!(
+        f(jsonv(json!(false))),
+        Err(EvalError::Conversion { .. })
+    ));
 }
 
 #[test]
