@@ -1,0 +1,27 @@
+//! Deliberately broken variants, switched on only by tests, that prove the
+//! checkers catch real bugs ("teeth"). Each plants the bug in the layer
+//! around the unchanged engine: the store, the driver, or a worker.
+
+use crate::store::StoreBug;
+
+/// Which planted bugs are active (all off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bugs {
+    /// A crash drops the last committed transaction.
+    pub store: StoreBug,
+    /// The driver answers a task result `accepted: true` as soon as it
+    /// arrives, before the engine committed it.
+    pub ack_before_commit: bool,
+    /// The driver rewrites a retried task's idempotency key with its
+    /// attempt number (`key#2`).
+    pub key_from_attempt: bool,
+    /// The driver tells the engine a failed commit succeeded.
+    pub ignore_commit_failures: bool,
+}
+
+impl Bugs {
+    /// True when any bug is planted.
+    pub fn any(&self) -> bool {
+        *self != Bugs::default()
+    }
+}

@@ -1,0 +1,71 @@
+//! Invariant 6: stable keys. Every delivery of a unit carries the key and
+//! input of its `StepScheduled`, and the external payment model sees each
+//! unit's effect applied once (its workers deduplicate by key, so a unit
+//! whose key changed between deliveries is charged twice).
+
+use super::{Invariant, Violation};
+use crate::payment::Payments;
+use orbit_core::engine::Task;
+use orbit_core::history::{Event, EventKind};
+
+/// Checks a task a worker received against the durable history of its
+/// execution.
+pub fn delivery(task: &Task, events: &[Event]) -> Result<(), Violation> {
+    let scheduled = events.iter().rev().find_map(|e| match &e.kind {
+        EventKind::StepScheduled {
+            step,
+            attempt,
+            input,
+            idempotency_key,
+            ..
+        } if *step == task.step_id => Some((attempt, input, idempotency_key)),
+        _ => None,
+    });
+    let Some((attempt, input, key)) = scheduled else {
+        return Err(Violation::new(
+            Invariant::StableKeys,
+            format!(
+                "task {} delivered but its unit was never scheduled",
+                task.token
+            ),
+        )
+        .in_execution(&task.execution_id, events)
+        .at_unit(&task.step_id));
+    };
+    if *key != task.idempotency_key || *input != task.input || *attempt != task.attempt {
+        return Err(Violation::new(
+            Invariant::StableKeys,
+            format!(
+                "delivery {} carries key {:?}, attempt {}, input {}; the history scheduled key {key:?}, attempt {attempt}, input {input}",
+                task.token, task.idempotency_key, task.attempt, task.input
+            ),
+        )
+        .in_execution(&task.execution_id, events)
+        .at_unit(&task.step_id));
+    }
+    Ok(())
+}
+
+/// Checks the payment model: each key's effect applied at most once, and
+/// each unit's effect under at most one key.
+pub fn payments(p: &Payments) -> Result<(), Violation> {
+    for (key, n) in p.effects_by_key() {
+        if n > 1 {
+            return Err(Violation::new(
+                Invariant::StableKeys,
+                format!("the effect of key {key:?} was applied {n} times"),
+            ));
+        }
+    }
+    for ((exec, unit), keys) in p.keys_by_unit() {
+        if keys.len() > 1 {
+            return Err(Violation::new(
+                Invariant::StableKeys,
+                format!("unit's effect applied under {} keys: {keys:?}", keys.len()),
+            )
+            .in_execution(exec, &[])
+            .at_unit(unit));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! Invariant 3: one writer. On a single node this means the durable history
+//! is one contiguous sequence from 1 (a stale or fenced append never
+//! landed) whose times never go back.
+
+use super::{Invariant, Violation};
+use orbit_core::history::Event;
+
+/// Checks one execution's history.
+pub fn check(id: &str, events: &[Event]) -> Result<(), Violation> {
+    let mut at = 0;
+    for (i, e) in events.iter().enumerate() {
+        if e.seq != i as u64 + 1 {
+            return Err(Violation::new(
+                Invariant::OneWriter,
+                format!(
+                    "event at position {} has seq {} (not contiguous)",
+                    i + 1,
+                    e.seq
+                ),
+            )
+            .in_execution(id, &events[..=i]));
+        }
+        if e.at < at {
+            return Err(Violation::new(
+                Invariant::OneWriter,
+                format!(
+                    "event #{} is recorded at {} before its predecessor ({at})",
+                    e.seq, e.at
+                ),
+            )
+            .in_execution(id, &events[..=i]));
+        }
+        at = e.at;
+    }
+    Ok(())
+}

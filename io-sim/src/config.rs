@@ -1,0 +1,355 @@
+//! The run's configuration: the scenario, and every parameter ("swarm"
+//! testing) sampled from the seed — fault probabilities, timeouts, numbers
+//! of workers, clients and executions. [`SimConfig`] prints every field, so
+//! a run's first lines say exactly what world it explored.
+
+use crate::rng::SimRng;
+use orbit_core::history::Millis;
+use std::fmt;
+
+/// The named scenarios: a workload and the faults it stresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scenario {
+    /// Every kind of fault, each with a sampled probability (the default of
+    /// the explorer).
+    Swarm,
+    /// Many executions, honest workers, light network faults.
+    SteadyLoad,
+    /// The server crashes again and again, mid-commit and mid-recovery.
+    CrashStorm,
+    /// Workers crash and pause past the session timeout holding tasks.
+    LostWorkers,
+    /// Slow workers, double reports and duplicated messages.
+    LateAndDuplicate,
+    /// Commits fail before applying, ambiguously, or slowly.
+    StorageFaults,
+    /// Cancellations and failing steps run compensations under faults.
+    CancelCompensation,
+    /// Sleeps and signals across server restarts.
+    SignalsSleeps,
+    /// Parent workflows with children, across crashes.
+    ChildWorkflows,
+    /// Starts with client ids and Idempotency-Keys whose responses get lost.
+    IdempotentStarts,
+}
+
+impl Scenario {
+    /// Every scenario, in a fixed order.
+    pub const ALL: [Scenario; 10] = [
+        Scenario::Swarm,
+        Scenario::SteadyLoad,
+        Scenario::CrashStorm,
+        Scenario::LostWorkers,
+        Scenario::LateAndDuplicate,
+        Scenario::StorageFaults,
+        Scenario::CancelCompensation,
+        Scenario::SignalsSleeps,
+        Scenario::ChildWorkflows,
+        Scenario::IdempotentStarts,
+    ];
+
+    /// The command-line name (`crash-storm`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Swarm => "swarm",
+            Scenario::SteadyLoad => "steady-load",
+            Scenario::CrashStorm => "crash-storm",
+            Scenario::LostWorkers => "lost-workers",
+            Scenario::LateAndDuplicate => "late-and-duplicate",
+            Scenario::StorageFaults => "storage-faults",
+            Scenario::CancelCompensation => "cancel-compensation",
+            Scenario::SignalsSleeps => "signals-sleeps",
+            Scenario::ChildWorkflows => "child-workflows",
+            Scenario::IdempotentStarts => "idempotent-starts",
+        }
+    }
+
+    /// The scenario with that command-line name.
+    pub fn parse(name: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Fault options of the safety phase (all stop in the liveness phase).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Faults {
+    /// Probability that a commit fails before applying (`Unavailable`).
+    pub store_commit_fail_probability: f64,
+    /// Probability that a commit's outcome is unknown (`Ambiguous`); such a
+    /// commit applied or not with even odds.
+    pub store_commit_ambiguous_probability: f64,
+    /// Probability that a commit is slow.
+    pub store_slow_probability: f64,
+    /// Upper bound of a slow commit's latency, in ms.
+    pub store_slow_ms_max: Millis,
+    /// Mean virtual time between server crashes, in ms (0: no crash).
+    pub server_crash_interval_ms_mean: Millis,
+    /// Upper bound of the delay before a crashed server restarts, in ms.
+    pub server_restart_ms_max: Millis,
+    /// Probability that a message between a worker or client and the server
+    /// is lost.
+    pub net_loss_probability: f64,
+    /// Probability that a message is delivered twice.
+    pub net_duplicate_probability: f64,
+    /// Upper bound of a message's delay, in ms (random delays reorder).
+    pub net_delay_ms_max: Millis,
+    /// Probability that a worker crashes (loses everything) while holding a
+    /// task.
+    pub worker_crash_probability: f64,
+    /// Probability that a worker pauses past the session timeout while
+    /// holding a task, then reports with its old token.
+    pub worker_pause_probability: f64,
+    /// Probability that a worker reports a result twice.
+    pub worker_double_report_probability: f64,
+    /// Probability that a task attempt reports a failure.
+    pub worker_fail_probability: f64,
+    /// Probability that a worker returns output violating the task contract.
+    pub worker_contract_violation_probability: f64,
+    /// Probability that a task takes much longer than its attempt timeout.
+    pub worker_slow_probability: f64,
+    /// Probability that a client cancels an execution it started.
+    pub client_cancel_probability: f64,
+}
+
+/// Everything that defines one run, sampled from its seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// The run's seed.
+    pub seed: u64,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Faults of the safety phase.
+    pub faults: Faults,
+    /// Number of simulated workers.
+    pub workers: usize,
+    /// Number of simulated clients.
+    pub clients: usize,
+    /// Executions started per client.
+    pub starts_per_client: usize,
+    /// The server's `--session-timeout`, in ms.
+    pub session_timeout_ms: Millis,
+    /// Length of the safety phase (faults on), in virtual ms.
+    pub safety_ms: Millis,
+    /// Bound on the liveness phase: every execution must be terminal this
+    /// long after faults stop, in virtual ms.
+    pub liveness_ms_max: Millis,
+    /// Probability that a start carries a client-chosen execution id.
+    pub client_id_probability: f64,
+    /// Probability that a creating request carries an Idempotency-Key.
+    pub idempotency_key_probability: f64,
+}
+
+fn p(rng: &mut SimRng, max: f64) -> f64 {
+    // A third of the time a fault kind is off: swarm testing explores
+    // configurations where some faults never happen.
+    if rng.chance(1.0 / 3.0) {
+        0.0
+    } else {
+        (rng.float(0.0, max) * 1000.0).round() / 1000.0
+    }
+}
+
+impl SimConfig {
+    /// Samples the configuration of `scenario` from `seed`. Draws come from
+    /// their own stream, so the world's stream is independent of how many
+    /// draws sampling took.
+    pub fn sample(seed: u64, scenario: Scenario) -> SimConfig {
+        let mut rng = SimRng::new(seed ^ 0x5eed_c0f1_9000_0001);
+        let mut c = SimConfig {
+            seed,
+            scenario,
+            faults: Faults::default(),
+            workers: rng.between(2, 5) as usize,
+            clients: rng.between(1, 3) as usize,
+            starts_per_client: rng.between(2, 5) as usize,
+            session_timeout_ms: rng.between(3, 10) * 1000,
+            safety_ms: rng.between(20, 60) * 1000,
+            liveness_ms_max: 600_000,
+            client_id_probability: p(&mut rng, 0.8),
+            idempotency_key_probability: p(&mut rng, 0.8),
+        };
+        let f = &mut c.faults;
+        f.net_delay_ms_max = rng.between(1, 200);
+        match scenario {
+            Scenario::Swarm => {
+                f.store_commit_fail_probability = p(&mut rng, 0.1);
+                f.store_commit_ambiguous_probability = p(&mut rng, 0.1);
+                f.store_slow_probability = p(&mut rng, 0.2);
+                f.store_slow_ms_max = rng.between(100, 5000);
+                f.server_crash_interval_ms_mean = if rng.chance(0.66) {
+                    rng.between(2, 20) * 1000
+                } else {
+                    0
+                };
+                f.server_restart_ms_max = rng.between(100, 8000);
+                f.net_loss_probability = p(&mut rng, 0.1);
+                f.net_duplicate_probability = p(&mut rng, 0.1);
+                f.worker_crash_probability = p(&mut rng, 0.1);
+                f.worker_pause_probability = p(&mut rng, 0.1);
+                f.worker_double_report_probability = p(&mut rng, 0.2);
+                f.worker_fail_probability = p(&mut rng, 0.2);
+                f.worker_contract_violation_probability = p(&mut rng, 0.1);
+                f.worker_slow_probability = p(&mut rng, 0.1);
+                f.client_cancel_probability = p(&mut rng, 0.3);
+            }
+            Scenario::SteadyLoad => {
+                c.starts_per_client = rng.between(5, 10) as usize;
+                f.net_loss_probability = p(&mut rng, 0.02);
+                f.net_duplicate_probability = p(&mut rng, 0.02);
+            }
+            Scenario::CrashStorm => {
+                f.server_crash_interval_ms_mean = rng.between(500, 5000);
+                f.server_restart_ms_max = rng.between(50, 3000);
+                f.net_loss_probability = p(&mut rng, 0.05);
+                f.worker_fail_probability = p(&mut rng, 0.1);
+                f.client_cancel_probability = p(&mut rng, 0.2);
+            }
+            Scenario::LostWorkers => {
+                f.worker_crash_probability = rng.float(0.05, 0.3);
+                f.worker_pause_probability = rng.float(0.05, 0.3);
+                f.net_loss_probability = p(&mut rng, 0.1);
+            }
+            Scenario::LateAndDuplicate => {
+                f.worker_double_report_probability = rng.float(0.2, 0.6);
+                f.worker_slow_probability = rng.float(0.1, 0.4);
+                f.net_duplicate_probability = rng.float(0.05, 0.3);
+                f.net_delay_ms_max = rng.between(100, 2000);
+                f.worker_pause_probability = p(&mut rng, 0.1);
+            }
+            Scenario::StorageFaults => {
+                f.store_commit_fail_probability = rng.float(0.02, 0.25);
+                f.store_commit_ambiguous_probability = rng.float(0.02, 0.25);
+                f.store_slow_probability = rng.float(0.0, 0.3);
+                f.store_slow_ms_max = rng.between(100, 5000);
+                f.server_crash_interval_ms_mean = if rng.chance(0.5) {
+                    rng.between(3, 20) * 1000
+                } else {
+                    0
+                };
+                f.server_restart_ms_max = rng.between(100, 3000);
+            }
+            Scenario::CancelCompensation => {
+                f.client_cancel_probability = rng.float(0.3, 0.8);
+                f.worker_fail_probability = rng.float(0.05, 0.3);
+                f.worker_contract_violation_probability = p(&mut rng, 0.1);
+                f.worker_crash_probability = p(&mut rng, 0.1);
+                f.store_commit_ambiguous_probability = p(&mut rng, 0.05);
+                f.server_crash_interval_ms_mean = if rng.chance(0.5) {
+                    rng.between(3, 20) * 1000
+                } else {
+                    0
+                };
+                f.server_restart_ms_max = rng.between(100, 3000);
+                f.net_loss_probability = p(&mut rng, 0.05);
+            }
+            Scenario::SignalsSleeps | Scenario::ChildWorkflows => {
+                f.server_crash_interval_ms_mean = rng.between(2, 10) * 1000;
+                f.server_restart_ms_max = rng.between(100, 5000);
+                f.net_loss_probability = p(&mut rng, 0.05);
+                f.net_duplicate_probability = p(&mut rng, 0.05);
+                f.store_commit_ambiguous_probability = p(&mut rng, 0.05);
+                f.worker_crash_probability = p(&mut rng, 0.05);
+                f.client_cancel_probability = p(&mut rng, 0.15);
+            }
+            Scenario::IdempotentStarts => {
+                c.client_id_probability = rng.float(0.2, 0.6);
+                c.idempotency_key_probability = rng.float(0.3, 0.9);
+                c.starts_per_client = rng.between(4, 8) as usize;
+                f.net_loss_probability = rng.float(0.1, 0.3);
+                f.net_duplicate_probability = rng.float(0.0, 0.2);
+                f.store_commit_ambiguous_probability = p(&mut rng, 0.1);
+                f.server_crash_interval_ms_mean = if rng.chance(0.5) {
+                    rng.between(3, 15) * 1000
+                } else {
+                    0
+                };
+                f.server_restart_ms_max = rng.between(100, 3000);
+            }
+        }
+        c
+    }
+}
+
+impl fmt::Display for SimConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let x = &self.faults;
+        writeln!(f, "seed = {:#x} ({})", self.seed, self.seed)?;
+        writeln!(f, "scenario = {}", self.scenario)?;
+        writeln!(f, "workers = {}", self.workers)?;
+        writeln!(f, "clients = {}", self.clients)?;
+        writeln!(f, "starts_per_client = {}", self.starts_per_client)?;
+        writeln!(f, "session_timeout_ms = {}", self.session_timeout_ms)?;
+        writeln!(f, "safety_ms = {}", self.safety_ms)?;
+        writeln!(f, "liveness_ms_max = {}", self.liveness_ms_max)?;
+        writeln!(f, "client_id_probability = {}", self.client_id_probability)?;
+        writeln!(
+            f,
+            "idempotency_key_probability = {}",
+            self.idempotency_key_probability
+        )?;
+        let rows: [(&str, String); 16] = [
+            (
+                "store_commit_fail_probability",
+                x.store_commit_fail_probability.to_string(),
+            ),
+            (
+                "store_commit_ambiguous_probability",
+                x.store_commit_ambiguous_probability.to_string(),
+            ),
+            (
+                "store_slow_probability",
+                x.store_slow_probability.to_string(),
+            ),
+            ("store_slow_ms_max", x.store_slow_ms_max.to_string()),
+            (
+                "server_crash_interval_ms_mean",
+                x.server_crash_interval_ms_mean.to_string(),
+            ),
+            ("server_restart_ms_max", x.server_restart_ms_max.to_string()),
+            ("net_loss_probability", x.net_loss_probability.to_string()),
+            (
+                "net_duplicate_probability",
+                x.net_duplicate_probability.to_string(),
+            ),
+            ("net_delay_ms_max", x.net_delay_ms_max.to_string()),
+            (
+                "worker_crash_probability",
+                x.worker_crash_probability.to_string(),
+            ),
+            (
+                "worker_pause_probability",
+                x.worker_pause_probability.to_string(),
+            ),
+            (
+                "worker_double_report_probability",
+                x.worker_double_report_probability.to_string(),
+            ),
+            (
+                "worker_fail_probability",
+                x.worker_fail_probability.to_string(),
+            ),
+            (
+                "worker_contract_violation_probability",
+                x.worker_contract_violation_probability.to_string(),
+            ),
+            (
+                "worker_slow_probability",
+                x.worker_slow_probability.to_string(),
+            ),
+            (
+                "client_cancel_probability",
+                x.client_cancel_probability.to_string(),
+            ),
+        ];
+        for (k, v) in rows {
+            writeln!(f, "{k} = {v}")?;
+        }
+        Ok(())
+    }
+}

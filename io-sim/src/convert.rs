@@ -1,0 +1,106 @@
+//! Translation between the engine's batch format and io-tokio's storage
+//! records (the same mapping the production driver uses), so the simulated
+//! store speaks exactly the `Storage` contract.
+
+use orbit_core::engine::{Batch, DefinitionRecord, IdempotencyRecord, StoredExecution, Summary};
+use orbit_io_tokio::storage::{self, Append, ExecutionRow, Fence, Transaction};
+
+/// The node name written with fenced appends (single node).
+pub const NODE: &str = "sim-node";
+
+/// One engine batch as a storage transaction.
+pub fn transaction(batch: &Batch) -> Transaction {
+    Transaction {
+        appends: batch
+            .executions
+            .iter()
+            .map(|a| Append {
+                execution_id: a.execution_id.clone(),
+                after_seq: a.expected_last_seq,
+                fence: a.epoch.map(|epoch| Fence {
+                    node_id: NODE.to_owned(),
+                    epoch,
+                }),
+                events: a.events.clone(),
+                projection: row(&a.summary),
+            })
+            .collect(),
+        definitions: batch.definitions.iter().map(definition_to_store).collect(),
+        idempotency: batch
+            .idempotency
+            .iter()
+            .map(|r| storage::IdempotencyRecord {
+                scope: String::new(),
+                key: r.key.clone(),
+                fingerprint: r.fingerprint.clone(),
+                status: r.status,
+                body: r.body.to_string(),
+                expires_at: r.expires_at,
+            })
+            .collect(),
+        queue: Vec::new(),
+        inbox_consumed: Vec::new(),
+    }
+}
+
+/// The projection row of a summary.
+pub fn row(s: &Summary) -> ExecutionRow {
+    ExecutionRow {
+        id: s.execution_id.clone(),
+        workflow: s.workflow.clone(),
+        version: s.version.clone(),
+        definition_hash: s.definition_hash.clone(),
+        status: s.status.as_str().to_owned(),
+        parent: s.parent.clone(),
+        input: s.input.clone(),
+        output: s.output.clone(),
+        error: s.error.as_ref().and_then(|e| serde_json::to_value(e).ok()),
+        created_at: s.created_at,
+        updated_at: s.updated_at,
+        last_seq: s.last_seq,
+    }
+}
+
+/// A definition as stored.
+pub fn definition_to_store(d: &DefinitionRecord) -> storage::DefinitionRecord {
+    storage::DefinitionRecord {
+        name: d.workflow.name.clone(),
+        version: d.workflow.version.clone(),
+        hash: d.definition_hash.clone(),
+        kind: "workflow".to_owned(),
+        filename: String::new(),
+        source: d.source.clone(),
+        body: serde_json::to_value(&d.workflow).unwrap_or(serde_json::Value::Null),
+        registered_at: d.registered_at,
+    }
+}
+
+/// A stored definition for the engine (`None` when its body does not decode).
+pub fn definition_from_store(d: &storage::DefinitionRecord) -> Option<DefinitionRecord> {
+    let workflow = serde_json::from_value(d.body.clone()).ok()?;
+    Some(DefinitionRecord {
+        workflow,
+        definition_hash: d.hash.clone(),
+        source: d.source.clone(),
+        registered_at: d.registered_at,
+    })
+}
+
+/// A stored idempotency record for the engine.
+pub fn idempotency_from_store(r: &storage::IdempotencyRecord) -> IdempotencyRecord {
+    IdempotencyRecord {
+        key: r.key.clone(),
+        fingerprint: r.fingerprint.clone(),
+        status: r.status,
+        body: serde_json::from_str(&r.body).unwrap_or(serde_json::Value::Null),
+        expires_at: r.expires_at,
+    }
+}
+
+/// A stored execution for the engine.
+pub fn execution_from_store(e: storage::StoredExecution) -> StoredExecution {
+    StoredExecution {
+        execution_id: e.row.id,
+        events: e.events,
+    }
+}

@@ -1,0 +1,347 @@
+//! The simulated store: an in-memory, crash-consistent implementation of
+//! io-tokio's [`Storage`] contract. A committed transaction is applied
+//! atomically and survives every crash; a transaction that was in flight
+//! when the server died either landed whole or not at all (the world
+//! decides). Faults (unavailable, ambiguous, slow commits) are injected by
+//! the world around [`SimStore::apply`]; the store itself is honest unless a
+//! planted bug ([`StoreBug`]) is switched on for the "teeth" tests.
+
+use async_trait::async_trait;
+use orbit_core::history::Event;
+use orbit_io_tokio::storage::{
+    is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp, Storage,
+    StorageError, StoredExecution, Transaction,
+};
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// Deliberate store bugs, for tests that prove the checkers have teeth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreBug {
+    /// An honest store.
+    #[default]
+    None,
+    /// A crash silently drops the most recent committed transaction (a
+    /// write acknowledged before it was durable).
+    LoseLastCommitOnCrash,
+}
+
+#[derive(Debug, Clone)]
+struct Row {
+    row: ExecutionRow,
+    events: Vec<Event>,
+    owner_node: String,
+    owner_epoch: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct State {
+    executions: BTreeMap<String, Row>,
+    definitions: Vec<DefinitionRecord>,
+    idempotency: BTreeMap<(String, String), IdempotencyRecord>,
+    queue: BTreeMap<(String, String), QueueOp>,
+    commits: u64,
+}
+
+/// The simulated durable store.
+#[derive(Debug, Default)]
+pub struct SimStore {
+    state: Mutex<State>,
+    before_last: Mutex<Option<State>>,
+    bug: StoreBug,
+}
+
+impl SimStore {
+    /// An empty, honest store.
+    pub fn new() -> SimStore {
+        SimStore::default()
+    }
+
+    /// An empty store with a planted bug.
+    pub fn with_bug(bug: StoreBug) -> SimStore {
+        SimStore {
+            bug,
+            ..SimStore::default()
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `tx` atomically, or returns `Conflict` (nothing applied) when
+    /// an append's expected seq is stale, its events are not contiguous, or
+    /// its writer's epoch is fenced.
+    pub fn apply(&self, tx: &Transaction) -> Result<(), StorageError> {
+        let mut s = self.lock();
+        let mut fenced = Vec::new();
+        let mut stale = Vec::new();
+        for a in &tx.appends {
+            let (last_seq, owner_node, owner_epoch) = match s.executions.get(&a.execution_id) {
+                Some(r) => (
+                    r.events.last().map_or(0, |e| e.seq),
+                    r.owner_node.as_str(),
+                    r.owner_epoch,
+                ),
+                None => (0, "", 0),
+            };
+            if let Some(f) = &a.fence {
+                let other = !owner_node.is_empty() && owner_node != f.node_id;
+                if owner_epoch > f.epoch || (other && owner_epoch >= f.epoch) {
+                    fenced.push(a.execution_id.clone());
+                    continue;
+                }
+            }
+            let contiguous = a
+                .events
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.seq == a.after_seq + 1 + i as u64);
+            let exists = s.executions.contains_key(&a.execution_id);
+            if last_seq != a.after_seq || !contiguous || (a.after_seq == 0 && exists) {
+                stale.push(a.execution_id.clone());
+            }
+        }
+        if !fenced.is_empty() || !stale.is_empty() {
+            return Err(StorageError::Conflict { fenced, stale });
+        }
+        if self.bug == StoreBug::LoseLastCommitOnCrash {
+            *self.before_last.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
+        }
+        for a in &tx.appends {
+            let r = s
+                .executions
+                .entry(a.execution_id.clone())
+                .or_insert_with(|| Row {
+                    row: a.projection.clone(),
+                    events: Vec::new(),
+                    owner_node: String::new(),
+                    owner_epoch: 0,
+                });
+            r.events.extend(a.events.iter().cloned());
+            r.row = a.projection.clone();
+            r.row.last_seq = r.events.last().map_or(0, |e| e.seq);
+            if let Some(f) = &a.fence {
+                r.owner_node = f.node_id.clone();
+                r.owner_epoch = f.epoch;
+            }
+        }
+        for d in &tx.definitions {
+            if !s
+                .definitions
+                .iter()
+                .any(|x| x.name == d.name && x.version == d.version)
+            {
+                s.definitions.push(d.clone());
+            }
+        }
+        for r in &tx.idempotency {
+            s.idempotency
+                .insert((r.scope.clone(), r.key.clone()), r.clone());
+        }
+        for op in &tx.queue {
+            match op {
+                QueueOp::Enqueue {
+                    execution_id, unit, ..
+                } => {
+                    s.queue
+                        .insert((execution_id.clone(), unit.clone()), op.clone());
+                }
+                QueueOp::Remove { execution_id, unit } => {
+                    s.queue.remove(&(execution_id.clone(), unit.clone()));
+                }
+            }
+        }
+        s.commits += 1;
+        Ok(())
+    }
+
+    /// The server process died: committed state stays (unless a bug is
+    /// planted).
+    pub fn crash(&self) {
+        if self.bug == StoreBug::LoseLastCommitOnCrash {
+            if let Some(prev) = self
+                .before_last
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                *self.lock() = prev;
+            }
+        }
+    }
+
+    /// Number of transactions committed so far.
+    pub fn commits(&self) -> u64 {
+        self.lock().commits
+    }
+
+    /// Every registered definition, oldest first.
+    pub fn definitions(&self) -> Vec<DefinitionRecord> {
+        self.lock().definitions.clone()
+    }
+
+    /// Every execution with its history, oldest first.
+    pub fn all(&self) -> Vec<StoredExecution> {
+        let s = self.lock();
+        let mut v: Vec<StoredExecution> = s.executions.values().map(stored).collect();
+        v.sort_by(|a, b| (a.row.created_at, &a.row.id).cmp(&(b.row.created_at, &b.row.id)));
+        v
+    }
+
+    /// One execution's history (empty when unknown).
+    pub fn events(&self, id: &str) -> Vec<Event> {
+        self.lock()
+            .executions
+            .get(id)
+            .map(|r| r.events.clone())
+            .unwrap_or_default()
+    }
+
+    /// Calls `f` with every execution's row and history, without copying.
+    pub fn for_each(&self, mut f: impl FnMut(&ExecutionRow, &[Event])) {
+        let s = self.lock();
+        for r in s.executions.values() {
+            f(&r.row, &r.events);
+        }
+    }
+
+    /// Live idempotency records at `now`.
+    pub fn live_idempotency(&self, now: u64) -> Vec<IdempotencyRecord> {
+        self.lock()
+            .idempotency
+            .values()
+            .filter(|r| r.expires_at > now)
+            .cloned()
+            .collect()
+    }
+}
+
+fn stored(r: &Row) -> StoredExecution {
+    StoredExecution {
+        row: r.row.clone(),
+        events: r.events.clone(),
+    }
+}
+
+#[async_trait]
+impl Storage for SimStore {
+    async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
+        self.apply(tx)
+    }
+
+    async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError> {
+        Ok(self.definitions())
+    }
+
+    async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        Ok(self
+            .all()
+            .into_iter()
+            .filter(|e| !is_terminal(&e.row.status))
+            .collect())
+    }
+
+    async fn load_all(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        Ok(self.all())
+    }
+
+    async fn idempotency_records(&self, now: u64) -> Result<Vec<IdempotencyRecord>, StorageError> {
+        Ok(self.live_idempotency(now))
+    }
+
+    async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        for r in self.lock().executions.values() {
+            *counts.entry(r.row.status.clone()).or_default() += 1;
+        }
+        Ok(counts.into_iter().collect())
+    }
+
+    async fn load_execution(&self, id: &str) -> Result<Option<StoredExecution>, StorageError> {
+        Ok(self.lock().executions.get(id).map(stored))
+    }
+
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRow>, StorageError> {
+        Ok(self.lock().executions.get(id).map(|r| r.row.clone()))
+    }
+
+    async fn history(
+        &self,
+        id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StorageError> {
+        Ok(self
+            .lock()
+            .executions
+            .get(id)
+            .map(|r| {
+                r.events
+                    .iter()
+                    .filter(|e| e.seq > after_seq)
+                    .take(limit as usize)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn list_executions(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<ExecutionRow>, StorageError> {
+        let s = self.lock();
+        let mut rows: Vec<&ExecutionRow> = s
+            .executions
+            .values()
+            .map(|r| &r.row)
+            .filter(|r| filter.status.as_ref().is_none_or(|st| &r.status == st))
+            .filter(|r| filter.workflow.as_ref().is_none_or(|w| &r.workflow == w))
+            .filter(|r| {
+                filter.before.as_ref().is_none_or(|(at, id)| {
+                    r.created_at < *at || (r.created_at == *at && &r.id < id)
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        Ok(rows
+            .into_iter()
+            .take(filter.limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: u64,
+    ) -> Result<Option<IdempotencyRecord>, StorageError> {
+        Ok(self
+            .lock()
+            .idempotency
+            .get(&(scope.to_owned(), key.to_owned()))
+            .filter(|r| r.expires_at > now)
+            .cloned())
+    }
+
+    async fn queue(&self) -> Result<Vec<QueueOp>, StorageError> {
+        let s = self.lock();
+        let mut ops: Vec<&QueueOp> = s.queue.values().collect();
+        ops.sort_by_key(|op| match op {
+            QueueOp::Enqueue {
+                execution_id,
+                unit,
+                enqueued_at,
+                ..
+            } => (*enqueued_at, execution_id.clone(), unit.clone()),
+            QueueOp::Remove { execution_id, unit } => (0, execution_id.clone(), unit.clone()),
+        });
+        Ok(ops.into_iter().cloned().collect())
+    }
+
+    async fn ping(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+}

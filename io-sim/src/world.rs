@@ -1,0 +1,889 @@
+//! The seeded world: one thread, one RNG, virtual time, and a queue of
+//! timed events. It owns the simulated store, the server (an unchanged
+//! `orbit_core::Engine` and the driver duties around it: commits, reloads,
+//! replies, ticks), the network between the server and the simulated
+//! workers and clients, and the fault schedule. After every commit and
+//! every acknowledgement it runs the invariant checkers.
+
+use crate::bugs::Bugs;
+use crate::check::{self, durability::Fact, Invariant, Violation};
+use crate::client::Client;
+use crate::config::SimConfig;
+use crate::convert;
+use crate::payment::Payments;
+use crate::report::{Outcome, Report, Stats};
+use crate::rng::{SeededIds, SimRng};
+use crate::store::SimStore;
+use crate::worker::Worker;
+use crate::workload;
+use orbit_core::engine::{
+    Batch, Config, DefinitionRecord, Effect, Engine, Input, Request, RequestId, Response,
+    StorageResult, StoredExecution,
+};
+use orbit_core::history::Millis;
+use orbit_core::ir;
+use orbit_io_tokio::storage::StorageError;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Virtual time at which every run starts (2026-01-01T00:00:00Z).
+pub const EPOCH_MS: Millis = 1_767_225_600_000;
+
+/// How often the driver ticks the engine besides its `WakeAt`s.
+const TICK_EVERY_MS: Millis = 500;
+
+/// Who sent a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Actor {
+    Worker(usize),
+    Client(usize),
+}
+
+/// A timed event of the world.
+#[derive(Debug, Clone)]
+pub(crate) enum Ev {
+    ToServer {
+        from: Actor,
+        req: u64,
+        request: Request,
+    },
+    ToActor {
+        to: Actor,
+        req: u64,
+        response: Response,
+    },
+    CommitDone {
+        inc: u64,
+        batch: Batch,
+    },
+    ReloadDone {
+        inc: u64,
+        ids: Vec<String>,
+    },
+    Tick {
+        inc: u64,
+        periodic: bool,
+    },
+    Crash,
+    Restart,
+    Timeout {
+        actor: Actor,
+        req: u64,
+    },
+    WorkerWake {
+        w: usize,
+        life: u64,
+    },
+    WorkDone {
+        w: usize,
+        life: u64,
+        token: String,
+    },
+    WorkerCrash {
+        w: usize,
+        life: u64,
+    },
+    WorkerRestart {
+        w: usize,
+    },
+    WorkerResume {
+        w: usize,
+        life: u64,
+    },
+    Report {
+        w: usize,
+        life: u64,
+        token: String,
+    },
+    ClientOp {
+        c: usize,
+        op: usize,
+    },
+    FaultsEnd,
+}
+
+impl Ev {
+    fn tag(&self) -> u64 {
+        match self {
+            Ev::ToServer { .. } => 1,
+            Ev::ToActor { .. } => 2,
+            Ev::CommitDone { .. } => 3,
+            Ev::ReloadDone { .. } => 4,
+            Ev::Tick { .. } => 5,
+            Ev::Crash => 6,
+            Ev::Restart => 7,
+            Ev::Timeout { .. } => 8,
+            Ev::WorkerWake { .. } => 9,
+            Ev::WorkDone { .. } => 10,
+            Ev::WorkerCrash { .. } => 11,
+            Ev::WorkerRestart { .. } => 12,
+            Ev::WorkerResume { .. } => 13,
+            Ev::ClientOp { .. } => 14,
+            Ev::FaultsEnd => 15,
+            Ev::Report { .. } => 16,
+        }
+    }
+}
+
+pub(crate) struct Server {
+    pub engine: Engine,
+    pub inc: u64,
+    next_rid: RequestId,
+    pending: BTreeMap<RequestId, (Actor, u64)>,
+    silenced: BTreeSet<RequestId>,
+}
+
+/// Options of a run besides its seed-sampled configuration.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Print every world step.
+    pub trace: bool,
+    /// Planted bugs (tests only).
+    pub bugs: Bugs,
+}
+
+/// One simulated world.
+pub struct World {
+    pub(crate) cfg: SimConfig,
+    pub(crate) rng: SimRng,
+    pub(crate) now: Millis,
+    queue: BTreeMap<(Millis, u64), Ev>,
+    next_ev: u64,
+    pub(crate) store: SimStore,
+    pub(crate) server: Option<Server>,
+    incarnation: u64,
+    pub(crate) workers: Vec<Worker>,
+    pub(crate) clients: Vec<Client>,
+    pub(crate) payments: Payments,
+    facts: Vec<Fact>,
+    pub(crate) faults_on: bool,
+    faults_end_at: Millis,
+    pub(crate) stats: Stats,
+    bugs: Bugs,
+    trace: bool,
+    hash: u64,
+    definitions: Vec<DefinitionRecord>,
+    workflows: BTreeMap<String, ir::Workflow>,
+    pub(crate) violation: Option<Outcome>,
+}
+
+impl World {
+    /// A world for `cfg`.
+    pub fn new(cfg: SimConfig, options: RunOptions) -> Result<World, String> {
+        let definitions = workload::definitions()?;
+        let workflows = definitions
+            .iter()
+            .map(|d| (d.definition_hash.clone(), d.workflow.clone()))
+            .collect();
+        let rng = SimRng::new(cfg.seed);
+        let faults_end_at = EPOCH_MS + cfg.safety_ms;
+        let mut w = World {
+            rng,
+            now: EPOCH_MS,
+            queue: BTreeMap::new(),
+            next_ev: 0,
+            store: SimStore::with_bug(options.bugs.store),
+            server: None,
+            incarnation: 0,
+            workers: Vec::new(),
+            clients: Vec::new(),
+            payments: Payments::default(),
+            facts: Vec::new(),
+            faults_on: true,
+            faults_end_at,
+            stats: Stats::default(),
+            bugs: options.bugs,
+            trace: options.trace,
+            hash: 0xcbf2_9ce4_8422_2325,
+            definitions,
+            workflows,
+            violation: None,
+            cfg,
+        };
+        w.setup()?;
+        Ok(w)
+    }
+
+    fn setup(&mut self) -> Result<(), String> {
+        self.boot();
+        // Deploy through the engine, committed without faults.
+        let mut effects = self.engine_handle(Input::Request {
+            id: 0,
+            request: Request::Deploy {
+                definitions: self.definitions.clone(),
+                idempotency: None,
+            },
+        });
+        let mut deployed = false;
+        while let Some(e) = effects.pop() {
+            match e {
+                Effect::Append(batch) => {
+                    let result = match self.store.apply(&convert::transaction(&batch)) {
+                        Ok(()) => StorageResult::Ok,
+                        Err(e) => return Err(format!("deploy failed: {e}")),
+                    };
+                    effects.extend(self.engine_handle(Input::Stored {
+                        batch: batch.id,
+                        result,
+                    }));
+                }
+                Effect::Reply {
+                    request: 0,
+                    response,
+                } => {
+                    if response.status != 200 {
+                        return Err(format!("deploy refused: {}", response.body));
+                    }
+                    deployed = true;
+                }
+                _ => {}
+            }
+        }
+        if !deployed {
+            return Err("deploy was not answered".into());
+        }
+        for i in 0..self.cfg.workers {
+            self.workers.push(Worker::new(format!("w{i}")));
+            let life = 0;
+            let at = self.rng.between(0, 200);
+            self.at(at, Ev::WorkerWake { w: i, life });
+        }
+        for c in 0..self.cfg.clients {
+            self.clients.push(Client::new(format!("c{c}")));
+            self.plan_client(c);
+        }
+        let end = self.cfg.safety_ms;
+        self.at(end, Ev::FaultsEnd);
+        let inc = self.incarnation;
+        self.at(
+            TICK_EVERY_MS,
+            Ev::Tick {
+                inc,
+                periodic: true,
+            },
+        );
+        self.schedule_crash();
+        Ok(())
+    }
+
+    /// Schedules `ev` `delay` ms from now.
+    pub(crate) fn at(&mut self, delay: Millis, ev: Ev) {
+        self.next_ev += 1;
+        self.queue.insert((self.now + delay, self.next_ev), ev);
+    }
+
+    fn mix(&mut self, x: u64) {
+        for b in x.to_le_bytes() {
+            self.hash ^= u64::from(b);
+            self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    pub(crate) fn mix_str(&mut self, s: &str) {
+        for b in s.bytes() {
+            self.hash ^= u64::from(b);
+            self.hash = self.hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// Runs the world to its end and reports.
+    pub fn run(mut self) -> Report {
+        let deadline = self.faults_end_at + self.cfg.liveness_ms_max;
+        let mut last_quiet_check = 0;
+        while self.violation.is_none() {
+            let Some(((t, _), ev)) = self.queue.pop_first() else {
+                break;
+            };
+            if t > deadline {
+                self.now = deadline;
+                break;
+            }
+            self.now = t;
+            self.stats.steps += 1;
+            self.mix(t);
+            self.mix(ev.tag());
+            if self.trace {
+                println!("{:>9} {}", t - EPOCH_MS, describe(&ev));
+            }
+            self.step(ev);
+            if !self.faults_on && self.now >= last_quiet_check + 1000 {
+                last_quiet_check = self.now;
+                if self.quiescent() {
+                    break;
+                }
+            }
+        }
+        if self.violation.is_none() {
+            self.final_checks();
+        }
+        let outcome = self.violation.take().unwrap_or(Outcome::Pass);
+        // The store's final content is part of the trace.
+        let mut h = 0u64;
+        self.store.for_each(|row, events| {
+            h = h.wrapping_mul(31).wrapping_add(events.len() as u64);
+            for c in row.id.bytes().chain(row.status.bytes()) {
+                h = h.wrapping_mul(31).wrapping_add(u64::from(c));
+            }
+        });
+        self.mix(h);
+        let mut n = 0;
+        self.store.for_each(|_, _| n += 1);
+        self.stats.executions = n;
+        self.stats.commits = self.store.commits();
+        self.stats.payment_calls = self.payments.calls();
+        self.stats.payment_effects = self.payments.effects() as u64;
+        Report {
+            config: self.cfg,
+            outcome,
+            trace_hash: self.hash,
+            virtual_ms: self.now - EPOCH_MS,
+            stats: self.stats,
+        }
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::ToServer { from, req, request } => self.to_server(from, req, request),
+            Ev::ToActor { to, req, response } => match to {
+                Actor::Worker(w) => self.worker_response(w, req, response),
+                Actor::Client(c) => self.client_response(c, req, response),
+            },
+            Ev::CommitDone { inc, batch } => self.commit_done(inc, batch),
+            Ev::ReloadDone { inc, ids } => self.reload_done(inc, ids),
+            Ev::Tick { inc, periodic } => {
+                if self.server.as_ref().is_some_and(|s| s.inc == inc) {
+                    let effects = self.engine_handle(Input::Tick);
+                    self.run_effects(effects);
+                    if periodic {
+                        self.at(TICK_EVERY_MS, Ev::Tick { inc, periodic });
+                    }
+                }
+            }
+            Ev::Crash => self.crash(),
+            Ev::Restart => self.restart(),
+            Ev::Timeout { actor, req } => match actor {
+                Actor::Worker(w) => self.worker_timeout(w, req),
+                Actor::Client(c) => self.client_timeout(c, req),
+            },
+            Ev::WorkerWake { w, life } => self.worker_wake(w, life),
+            Ev::WorkDone { w, life, token } => self.work_done(w, life, &token),
+            Ev::WorkerCrash { w, life } => self.worker_crash(w, life),
+            Ev::WorkerRestart { w } => self.worker_restart(w),
+            Ev::WorkerResume { w, life } => self.worker_resume(w, life),
+            Ev::Report { w, life, token } => self.report_again(w, life, &token),
+            Ev::ClientOp { c, op } => self.client_op(c, op),
+            Ev::FaultsEnd => {
+                self.faults_on = false;
+                if self.server.is_none() {
+                    // A crashed server comes back now, not later.
+                    self.queue.retain(|_, e| !matches!(e, Ev::Restart));
+                    self.at(0, Ev::Restart);
+                }
+            }
+        }
+    }
+
+    // ---- the server and its driver duties ------------------------------
+
+    fn boot(&mut self) {
+        self.incarnation += 1;
+        let ids = SeededIds::new(self.rng.next_u64());
+        let config = Config {
+            session_timeout_ms: self.cfg.session_timeout_ms,
+            ..Config::default()
+        };
+        self.server = Some(Server {
+            engine: Engine::new(config, Box::new(ids)),
+            inc: self.incarnation,
+            next_rid: 1,
+            pending: BTreeMap::new(),
+            silenced: BTreeSet::new(),
+        });
+    }
+
+    fn engine_handle(&mut self, input: Input) -> Vec<Effect> {
+        let now = self.now;
+        match self.server.as_mut() {
+            Some(s) => s.engine.handle(now, input),
+            None => Vec::new(),
+        }
+    }
+
+    fn restart(&mut self) {
+        if self.server.is_some() {
+            return;
+        }
+        self.boot();
+        let definitions = self
+            .store
+            .definitions()
+            .iter()
+            .filter_map(convert::definition_from_store)
+            .collect();
+        let executions = self
+            .store
+            .all()
+            .into_iter()
+            .map(convert::execution_from_store)
+            .collect();
+        let idempotency = self
+            .store
+            .live_idempotency(self.now)
+            .iter()
+            .map(convert::idempotency_from_store)
+            .collect();
+        let effects = self.engine_handle(Input::Recover {
+            definitions,
+            executions,
+            idempotency,
+        });
+        self.run_effects(effects);
+        let inc = self.incarnation;
+        self.at(
+            TICK_EVERY_MS,
+            Ev::Tick {
+                inc,
+                periodic: true,
+            },
+        );
+        self.schedule_crash();
+    }
+
+    fn schedule_crash(&mut self) {
+        let mean = self.cfg.faults.server_crash_interval_ms_mean;
+        if mean == 0 || !self.faults_on {
+            return;
+        }
+        // Sometimes crash again right away: during recovery.
+        let delay = if self.rng.chance(0.2) {
+            self.rng.between(0, 300)
+        } else {
+            self.rng.between(mean / 4, mean * 2)
+        };
+        if self.now + delay < self.faults_end_at {
+            self.at(delay, Ev::Crash);
+        }
+    }
+
+    fn crash(&mut self) {
+        let Some(server) = self.server.take() else {
+            return;
+        };
+        self.stats.fault("server_crash");
+        // Commits in flight: each landed whole or vanished.
+        let inflight: Vec<(Millis, u64)> = self
+            .queue
+            .iter()
+            .filter(|(_, e)| matches!(e, Ev::CommitDone { inc, .. } if *inc == server.inc))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in inflight {
+            if let Some(Ev::CommitDone { batch, .. }) = self.queue.remove(&k) {
+                if self.rng.chance(0.5) {
+                    self.stats.fault("commit_landed_then_crash");
+                    let _ = self.store.apply(&convert::transaction(&batch));
+                    self.check_batch(&batch);
+                } else {
+                    self.stats.fault("commit_lost_in_crash");
+                }
+            }
+        }
+        self.store.crash();
+        drop(server);
+        self.recheck_facts();
+        let delay = self
+            .rng
+            .between(10, self.cfg.faults.server_restart_ms_max.max(10));
+        self.at(delay, Ev::Restart);
+    }
+
+    fn to_server(&mut self, from: Actor, req: u64, request: Request) {
+        let Some(s) = self.server.as_mut() else {
+            return; // connection refused: the caller times out
+        };
+        let rid = s.next_rid;
+        s.next_rid += 1;
+        s.pending.insert(rid, (from, req));
+        if self.bugs.ack_before_commit && matches!(request, Request::Result { .. }) {
+            s.silenced.insert(rid);
+            let early = Response::ok(200, serde_json::json!({"accepted": true}));
+            self.send_to_actor(from, req, early);
+        }
+        let effects = self.engine_handle(Input::Request { id: rid, request });
+        self.run_effects(effects);
+    }
+
+    pub(crate) fn run_effects(&mut self, effects: Vec<Effect>) {
+        let Some(inc) = self.server.as_ref().map(|s| s.inc) else {
+            return;
+        };
+        for effect in effects {
+            match effect {
+                Effect::Append(batch) => {
+                    let latency = if self.faults_on
+                        && self.rng.chance(self.cfg.faults.store_slow_probability)
+                    {
+                        self.stats.fault("store_slow");
+                        self.rng
+                            .between(50, self.cfg.faults.store_slow_ms_max.max(50))
+                    } else {
+                        self.rng.between(0, 5)
+                    };
+                    self.mix(batch.id);
+                    self.at(latency, Ev::CommitDone { inc, batch });
+                }
+                Effect::Reload { executions } => {
+                    let latency = self.rng.between(1, 20);
+                    self.at(
+                        latency,
+                        Ev::ReloadDone {
+                            inc,
+                            ids: executions,
+                        },
+                    );
+                }
+                Effect::Reply {
+                    request,
+                    mut response,
+                } => {
+                    let Some(s) = self.server.as_mut() else {
+                        continue;
+                    };
+                    let Some((actor, req)) = s.pending.remove(&request) else {
+                        continue;
+                    };
+                    if s.silenced.remove(&request) {
+                        continue;
+                    }
+                    if self.bugs.key_from_attempt {
+                        plant_key_from_attempt(&mut response);
+                    }
+                    self.mix(u64::from(response.status));
+                    self.send_to_actor(actor, req, response);
+                }
+                Effect::WakeAt(t) => {
+                    let delay = t.saturating_sub(self.now);
+                    self.at(
+                        delay,
+                        Ev::Tick {
+                            inc,
+                            periodic: false,
+                        },
+                    );
+                }
+                Effect::Committed { .. } => {}
+            }
+        }
+    }
+
+    fn commit_done(&mut self, inc: u64, batch: Batch) {
+        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
+            return;
+        }
+        let tx = convert::transaction(&batch);
+        let f = &self.cfg.faults;
+        let (fail_p, ambiguous_p) = (
+            f.store_commit_fail_probability,
+            f.store_commit_ambiguous_probability,
+        );
+        let mut applied = false;
+        let result = if self.faults_on && self.rng.chance(fail_p) {
+            self.stats.fault("commit_unavailable");
+            StorageResult::Unavailable {
+                message: "simulated: database unreachable".into(),
+            }
+        } else if self.faults_on && self.rng.chance(ambiguous_p) {
+            if self.rng.chance(0.5) {
+                self.stats.fault("commit_ambiguous_applied");
+                applied = self.store.apply(&tx).is_ok();
+            } else {
+                self.stats.fault("commit_ambiguous_lost");
+            }
+            StorageResult::Ambiguous {
+                message: "simulated: connection lost during COMMIT".into(),
+            }
+        } else {
+            match self.store.apply(&tx) {
+                Ok(()) => {
+                    applied = true;
+                    StorageResult::Ok
+                }
+                Err(StorageError::Conflict { fenced, stale }) => StorageResult::Conflict {
+                    message: format!("stale seq for {}", stale.join(", ")),
+                    fenced,
+                    stale,
+                },
+                Err(e) => StorageResult::Unavailable {
+                    message: e.to_string(),
+                },
+            }
+        };
+        let result = if self.bugs.ignore_commit_failures
+            && matches!(result, StorageResult::Unavailable { .. })
+        {
+            StorageResult::Ok
+        } else {
+            result
+        };
+        if applied {
+            self.check_batch(&batch);
+        }
+        let effects = self.engine_handle(Input::Stored {
+            batch: batch.id,
+            result,
+        });
+        self.run_effects(effects);
+        if applied {
+            self.check_live(&batch);
+        }
+    }
+
+    fn reload_done(&mut self, inc: u64, ids: Vec<String>) {
+        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
+            return;
+        }
+        let executions = ids
+            .into_iter()
+            .map(|id| StoredExecution {
+                events: self.store.events(&id),
+                execution_id: id,
+            })
+            .collect();
+        let effects = self.engine_handle(Input::Reloaded { executions });
+        self.run_effects(effects);
+    }
+
+    // ---- the network ---------------------------------------------------
+
+    fn delay(&mut self) -> Millis {
+        let max = if self.faults_on {
+            self.cfg.faults.net_delay_ms_max
+        } else {
+            5
+        };
+        self.rng.between(1, max.max(1))
+    }
+
+    /// Sends a request over the network; the sender's timeout fires after
+    /// `timeout_ms` unless an answer arrives first.
+    pub(crate) fn send(&mut self, from: Actor, req: u64, request: Request, timeout_ms: Millis) {
+        self.at(timeout_ms, Ev::Timeout { actor: from, req });
+        if self.faults_on && self.rng.chance(self.cfg.faults.net_loss_probability) {
+            self.stats.fault("request_lost");
+            return;
+        }
+        if self.faults_on && self.rng.chance(self.cfg.faults.net_duplicate_probability) {
+            self.stats.fault("request_duplicated");
+            let d = self.delay();
+            self.at(
+                d,
+                Ev::ToServer {
+                    from,
+                    req,
+                    request: request.clone(),
+                },
+            );
+        }
+        let d = self.delay();
+        self.at(d, Ev::ToServer { from, req, request });
+    }
+
+    fn send_to_actor(&mut self, to: Actor, req: u64, response: Response) {
+        if self.faults_on && self.rng.chance(self.cfg.faults.net_loss_probability) {
+            self.stats.fault("response_lost");
+            return;
+        }
+        if self.faults_on && self.rng.chance(self.cfg.faults.net_duplicate_probability) {
+            self.stats.fault("response_duplicated");
+            let d = self.delay();
+            self.at(
+                d,
+                Ev::ToActor {
+                    to,
+                    req,
+                    response: response.clone(),
+                },
+            );
+        }
+        let d = self.delay();
+        self.at(d, Ev::ToActor { to, req, response });
+    }
+
+    /// The caller gave up on a request: a parked one is abandoned.
+    pub(crate) fn hang_up(&mut self, actor: Actor, req: u64) {
+        let Some(s) = self.server.as_mut() else {
+            return;
+        };
+        let rid = s
+            .pending
+            .iter()
+            .find(|(_, v)| **v == (actor, req))
+            .map(|(k, _)| *k);
+        if let Some(rid) = rid {
+            s.pending.remove(&rid);
+            let effects = self.engine_handle(Input::Abandoned { id: rid });
+            self.run_effects(effects);
+        }
+    }
+
+    // ---- checks ----------------------------------------------------------
+
+    pub(crate) fn fail(&mut self, v: Violation) {
+        if self.violation.is_none() {
+            self.violation = Some(if v.invariant == Invariant::Liveness {
+                Outcome::Liveness(v)
+            } else {
+                Outcome::Correctness(v)
+            });
+        }
+    }
+
+    /// Records what an actor was told and checks it is durable now.
+    pub(crate) fn told(&mut self, fact: Fact) {
+        let events = self.store.events(fact.execution());
+        if let Err(v) = check::durability::check(&fact, &events) {
+            self.fail(v);
+        }
+        self.facts.push(fact);
+    }
+
+    fn recheck_facts(&mut self) {
+        for i in 0..self.facts.len() {
+            let events = self.store.events(self.facts[i].execution());
+            if let Err(v) = check::durability::check(&self.facts[i], &events) {
+                self.fail(v);
+                return;
+            }
+        }
+    }
+
+    /// Invariants 1, 3, 4, 7 and 5 (against the stored row) on every
+    /// execution a just-applied batch touched.
+    fn check_batch(&mut self, batch: &Batch) {
+        for a in &batch.executions {
+            if let Err(v) = self.check_execution(&a.execution_id, None) {
+                self.fail(v);
+                return;
+            }
+        }
+    }
+
+    /// Invariant 5 against the live engine's memory after a commit.
+    fn check_live(&mut self, batch: &Batch) {
+        for a in &batch.executions {
+            let live = self
+                .server
+                .as_ref()
+                .and_then(|s| s.engine.projection(&a.execution_id).cloned());
+            if let Err(v) = self.check_execution(&a.execution_id, live.as_ref()) {
+                self.fail(v);
+                return;
+            }
+        }
+    }
+
+    fn check_execution(
+        &self,
+        id: &str,
+        live: Option<&orbit_core::history::Projection>,
+    ) -> Result<(), Violation> {
+        let mut result = Ok(());
+        let workflows = &self.workflows;
+        self.store.for_each(|row, events| {
+            if row.id != id || result.is_err() {
+                return;
+            }
+            let wf = workflows.get(&row.definition_hash);
+            result = check::history(id, events, wf)
+                .and_then(|()| check::determinism::check(row, events, live));
+        });
+        result
+    }
+
+    fn final_checks(&mut self) {
+        self.recheck_facts();
+        if self.violation.is_some() {
+            return;
+        }
+        if let Err(v) = check::keys::payments(&self.payments) {
+            return self.fail(v);
+        }
+        let mut result = Ok(());
+        let workflows = &self.workflows;
+        let bound = self.cfg.liveness_ms_max;
+        let mut liveness = Ok(());
+        let live_engine = self.server.as_ref().map(|s| &s.engine);
+        self.store.for_each(|row, events| {
+            if result.is_err() {
+                return;
+            }
+            let wf = workflows.get(&row.definition_hash);
+            let live = live_engine.and_then(|e| e.projection(&row.id));
+            result = check::history(&row.id, events, wf)
+                .and_then(|()| check::determinism::check(row, events, live));
+            if liveness.is_ok() {
+                liveness = check::liveness::check(&row.id, events, bound);
+            }
+        });
+        if let Err(v) = result {
+            return self.fail(v);
+        }
+        if let Err(v) = liveness {
+            return self.fail(v);
+        }
+        let open: Vec<String> = self.clients.iter().flat_map(|c| c.open_ops()).collect();
+        if let Err(v) = check::liveness::clients(&open, bound) {
+            self.fail(v);
+        }
+    }
+
+    fn quiescent(&self) -> bool {
+        if self.server.is_none() || self.clients.iter().any(|c| !c.open_ops().is_empty()) {
+            return false;
+        }
+        let mut all = true;
+        self.store.for_each(|row, _| {
+            all &= orbit_io_tokio::storage::is_terminal(&row.status);
+        });
+        all
+    }
+}
+
+/// The "derive the key from the attempt" bug, applied to a poll answer.
+fn plant_key_from_attempt(response: &mut Response) {
+    let Some(tasks) = response
+        .body
+        .get_mut("tasks")
+        .and_then(|t| t.as_array_mut())
+    else {
+        return;
+    };
+    for t in tasks {
+        let attempt = t.get("attempt").and_then(|a| a.as_u64()).unwrap_or(1);
+        if attempt > 1 {
+            if let Some(k) = t.get("idempotency_key").and_then(|k| k.as_str()) {
+                let k = format!("{k}#{attempt}");
+                t["idempotency_key"] = serde_json::Value::String(k);
+            }
+        }
+    }
+}
+
+fn describe(ev: &Ev) -> String {
+    match ev {
+        Ev::ToServer { from, req, request } => {
+            let text = format!("{request:?}");
+            let short: String = text.chars().take(160).collect();
+            format!("net -> server from {from:?}#{req}: {short}")
+        }
+        Ev::ToActor { to, req, response } => {
+            let body = response.body.to_string();
+            let short: String = body.chars().take(160).collect();
+            format!("net -> {to:?}#{req}: {} {short}", response.status)
+        }
+        Ev::CommitDone { inc, batch } => {
+            let n: usize = batch.executions.iter().map(|a| a.events.len()).sum();
+            format!("commit batch {} (incarnation {inc}, {n} events)", batch.id)
+        }
+        other => format!("{other:?}").chars().take(160).collect(),
+    }
+}
