@@ -263,6 +263,10 @@ async fn creating_calls_send_keys_and_reads_do_not() {
         4
     );
     c.history("e-1", 2).await.unwrap();
+    assert_eq!(
+        c.logs("e-1").await.unwrap(),
+        "+ 0ms #1 WorkflowCreated\n+ 4ms #2 WorkflowStarted\n"
+    );
 
     let reqs = fake.requests();
     let paths: Vec<(&str, &str, bool)> = reqs
@@ -288,6 +292,7 @@ async fn creating_calls_send_keys_and_reads_do_not() {
             ),
             ("GET", "/v1/executions/e-1/history", false),
             ("GET", "/v1/executions/e-1/history?after_seq=2", false),
+            ("GET", "/v1/executions/e-1/history", false),
         ]
     );
     assert_eq!(

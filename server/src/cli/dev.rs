@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orbit_core::engine::Config;
-use orbit_core::history::logs::format_history;
 use orbit_io_tokio::driver::{self, Driver};
 use serde_json::json;
 
@@ -251,17 +250,12 @@ async fn run_order(
         Status::Completed => println!("{id} completed: {}", execution.output),
         other => println!("{id} {other}: {}", describe_error(&execution.error)),
     }
-    let page = client
-        .history(&id, 0)
+    let logs = client
+        .logs(&id)
         .await
         .map_err(|e| format!("reading the history of {id}: {e}"))?;
-    let events = page
-        .events
-        .iter()
-        .map(|e| e.to_event())
-        .collect::<Result<Vec<_>, _>>()?;
     println!("$ orbit logs {id}");
-    print!("{}", format_history(&id, &events));
+    print!("{logs}");
     Ok((id, execution.status == expected))
 }
 

@@ -173,6 +173,25 @@ impl Client {
         self.read(path, None).await
     }
 
+    /// The execution's whole history formatted as `orbit logs` prints it
+    /// (seed `003`'s format, one line per event).
+    pub async fn logs(&self, execution_id: &str) -> Result<String, Error> {
+        let page = self.history(execution_id, 0).await?;
+        let events = page
+            .events
+            .iter()
+            .map(|e| e.to_event())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|message| Error::Decode {
+                status: 200,
+                message,
+            })?;
+        Ok(orbit_core::history::logs::format_history(
+            execution_id,
+            &events,
+        ))
+    }
+
     /// Sends signal `name` to an execution.
     pub async fn signal(
         &self,
