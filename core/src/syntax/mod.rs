@@ -11,3 +11,7 @@ pub mod token;
 
 pub use lexer::lex;
 pub use parser::parse;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests;

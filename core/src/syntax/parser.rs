@@ -51,6 +51,7 @@ pub fn parse(file: &str, text: &str) -> (File, Vec<Diagnostic>) {
         errors,
         eof_reported,
         recoveries: 0,
+        nest: 0,
     };
     let tree = parser.file();
     (tree, parser.errors)
@@ -71,6 +72,29 @@ struct Parser<'a> {
     eof_reported: bool,
     /// Clause recoveries so far (to mark the enclosing node `recovered`).
     recoveries: usize,
+    /// Current nesting of recursive expression/type parsing.
+    nest: usize,
+}
+
+/// Deepest expression tree accepted. Bounds the recursion of the parser,
+/// the checker and the evaluator, and keeps compiled definitions well under
+/// JSON decoders' nesting limits.
+pub const MAX_EXPR_DEPTH: usize = 32;
+/// Deepest written type accepted.
+pub const MAX_TYPE_DEPTH: usize = 16;
+
+/// Depth of an expression tree (bounded: the parser never builds one
+/// deeper than [`MAX_EXPR_DEPTH`] + 1).
+fn depth(e: &Expr) -> usize {
+    1 + match &e.kind {
+        ExprKind::Member(b, _) | ExprKind::Unary(_, b) => depth(b),
+        ExprKind::Index(a, b) | ExprKind::Binary(_, a, b) => depth(a).max(depth(b)),
+        ExprKind::Call(_, items) | ExprKind::List(items) => {
+            items.iter().map(depth).max().unwrap_or(0)
+        }
+        ExprKind::Record(fields) => fields.iter().map(|(_, v)| depth(v)).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 const STEP_CLAUSES: &str =
@@ -470,9 +494,50 @@ impl Parser<'_> {
         Ident { name, span: t.span }
     }
 
+    /// Enters one level of nesting; reports E0010 beyond `max`.
+    fn enter(&mut self, max: usize, what: &str) -> PResult<()> {
+        if self.nest >= max {
+            let span = self.span();
+            self.errors.push(Diagnostic::new(
+                "E0010",
+                format!("unexpected token: {what} nested more than {max} levels deep"),
+                self.file,
+                self.text,
+                span,
+            ));
+            return Err(Fail);
+        }
+        self.nest += 1;
+        Ok(())
+    }
+
+    /// Checks a freshly built expression against [`MAX_EXPR_DEPTH`].
+    fn bounded(&mut self, e: Expr) -> PResult<Expr> {
+        if depth(&e) > MAX_EXPR_DEPTH {
+            self.errors.push(Diagnostic::new(
+                "E0010",
+                format!(
+                    "unexpected token: expression nested more than {MAX_EXPR_DEPTH} levels deep"
+                ),
+                self.file,
+                self.text,
+                e.span,
+            ));
+            return Err(Fail);
+        }
+        Ok(e)
+    }
+
     // ----- types -----
 
     fn type_expr(&mut self) -> PResult<TypeExpr> {
+        self.enter(MAX_TYPE_DEPTH, "type")?;
+        let result = self.type_expr_inner();
+        self.nest -= 1;
+        result
+    }
+
+    fn type_expr_inner(&mut self) -> PResult<TypeExpr> {
         let start = self.span();
         let mut ty = match self.kind().clone() {
             TokenKind::Ident(name) => {
@@ -517,6 +582,10 @@ impl Parser<'_> {
         };
         while self.at(&TokenKind::Question) {
             self.bump();
+            if matches!(ty.kind, TypeExprKind::Optional(_)) {
+                // `T??` is `T?`.
+                continue;
+            }
             ty = TypeExpr {
                 span: ty.span.to(self.prev_span()),
                 kind: TypeExprKind::Optional(Box::new(ty)),
@@ -529,7 +598,10 @@ impl Parser<'_> {
 
     /// An expression (lowest precedence: `??`).
     pub(crate) fn expr(&mut self) -> PResult<Expr> {
-        self.binary(0)
+        self.enter(MAX_EXPR_DEPTH, "expression")?;
+        let result = self.binary(0);
+        self.nest -= 1;
+        result
     }
 
     fn binary(&mut self, level: usize) -> PResult<Expr> {
@@ -558,10 +630,10 @@ impl Parser<'_> {
             };
             self.bump();
             let right = self.binary(level + 1)?;
-            left = Expr {
+            left = self.bounded(Expr {
                 span: left.span.to(right.span),
                 kind: ExprKind::Binary(op, Box::new(left), Box::new(right)),
-            };
+            })?;
         }
         Ok(left)
     }
@@ -573,8 +645,11 @@ impl Parser<'_> {
             _ => return self.postfix(),
         };
         let start = self.bump().span;
-        let operand = self.unary()?;
-        Ok(Expr {
+        self.enter(MAX_EXPR_DEPTH, "expression")?;
+        let operand = self.unary();
+        self.nest -= 1;
+        let operand = operand?;
+        self.bounded(Expr {
             span: start.to(operand.span),
             kind: ExprKind::Unary(op, Box::new(operand)),
         })
@@ -586,18 +661,18 @@ impl Parser<'_> {
             if self.at(&TokenKind::Dot) {
                 self.bump();
                 let field = self.ident("a field name")?;
-                e = Expr {
+                e = self.bounded(Expr {
                     span: e.span.to(field.span),
                     kind: ExprKind::Member(Box::new(e), field),
-                };
+                })?;
             } else if self.at(&TokenKind::LBracket) && !self.tok().line_start {
                 self.bump();
                 let index = self.expr()?;
                 let end = self.expect(TokenKind::RBracket, "`]`")?;
-                e = Expr {
+                e = self.bounded(Expr {
                     span: e.span.to(end),
                     kind: ExprKind::Index(Box::new(e), Box::new(index)),
-                };
+                })?;
             } else {
                 return Ok(e);
             }
@@ -646,7 +721,7 @@ impl Parser<'_> {
                         }
                     }
                     let end = self.bump().span;
-                    return Ok(Expr {
+                    return self.bounded(Expr {
                         kind: ExprKind::Call(Ident { name, span }, args),
                         span: span.to(end),
                     });
@@ -670,7 +745,7 @@ impl Parser<'_> {
                     }
                 }
                 let end = self.bump().span;
-                Ok(Expr {
+                self.bounded(Expr {
                     kind: ExprKind::List(items),
                     span: span.to(end),
                 })
@@ -691,7 +766,7 @@ impl Parser<'_> {
                     }
                 }
                 let end = self.bump().span;
-                Ok(Expr {
+                self.bounded(Expr {
                     kind: ExprKind::Record(fields),
                     span: span.to(end),
                 })
