@@ -60,7 +60,9 @@ pub struct Workflow {
     pub version: String,
     /// The resolved input record type.
     pub input: Type,
-    /// The workflow's output expression, if it declares one.
+    /// The workflow's output expression, if it declares one. Without one the
+    /// execution's output is the empty record `{}` (that is the type a
+    /// parent's child step reads).
     pub output: Option<Expr>,
     /// Steps in declaration order (the order is semantic: it breaks
     /// scheduling ties).
