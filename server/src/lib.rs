@@ -2,4 +2,5 @@
 //! the Rust SDK (client and worker) that talks to a server over HTTP.
 
 pub mod api;
+pub mod bench;
 pub mod sdk;

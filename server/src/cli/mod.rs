@@ -7,6 +7,7 @@
 //! (diagnostics from `check` included), 2 usage, I/O or connection error,
 //! 3 a `--wait` timed out. clap's own usage errors exit with 2.
 
+mod bench;
 mod cancel;
 mod check;
 mod common;
@@ -57,6 +58,8 @@ pub enum Command {
     Dev(dev::Args),
     /// Run the ORBIT server (HTTP API + engine on an embedded SQLite file).
     Server(server::Args),
+    /// Load-test a server: steps/s, executions/s and latency percentiles.
+    Bench(bench::Args),
 }
 
 /// Runs `command`, returning the process exit code.
@@ -73,5 +76,6 @@ pub fn dispatch(command: Command) -> ExitCode {
         Command::Cancel(args) => cancel::run(args),
         Command::Dev(args) => dev::run(args),
         Command::Server(args) => server::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

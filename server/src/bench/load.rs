@@ -1,0 +1,413 @@
+//! The load: starters that keep `concurrency` executions in flight (each
+//! starts one, waits for it to finish, starts the next), and worker sessions
+//! that long-poll for tasks and post results over real HTTP, timing both
+//! execution latency and the result → next-task hand-off.
+
+use super::report::{Percentiles, Report};
+use super::workload;
+use super::{BenchError, Config};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// State shared by starters, workers and the progress printer.
+#[derive(Default)]
+struct Shared {
+    next: AtomicU64,
+    completed: AtomicU64,
+    errors: AtomicU64,
+    steps: AtomicU64,
+    stop: AtomicBool,
+    /// Execution id → when the result of its previous step was sent.
+    handoff: Mutex<HashMap<String, Instant>>,
+    execution_samples: Mutex<Vec<Duration>>,
+    step_samples: Mutex<Vec<Duration>>,
+    /// Start pacing for `--rate`: when the next start may go.
+    pace: tokio::sync::Mutex<Option<Instant>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// An HTTP call answering JSON; a non-2xx answer is an error with its body.
+async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Option<&Value>,
+) -> Result<Value, String> {
+    let mut request = http.request(method, &url);
+    if let Some(b) = body {
+        request = request.json(b);
+    }
+    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| format!("{url}: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("{url}: {status} {text}"));
+    }
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&text).map_err(|e| format!("{url}: bad JSON: {e}"))
+}
+
+/// Deploys the workload on `base`.
+pub async fn deploy(http: &reqwest::Client, base: &str, steps: u32) -> Result<(), BenchError> {
+    let body = json!({"source": workload::source(steps), "filename": "bench.orbit"});
+    call(
+        http,
+        reqwest::Method::POST,
+        format!("{base}/v1/definitions"),
+        Some(&body),
+    )
+    .await
+    .map(|_| ())
+    .map_err(BenchError::Server)
+}
+
+/// Runs the load against `base` and reports what it measured.
+pub async fn run(config: &Config, base: &str, backend: &str) -> Result<Report, BenchError> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::MAX)
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| BenchError::Server(e.to_string()))?;
+    deploy(&http, base, config.steps).await?;
+    let shared = Arc::new(Shared::default());
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+
+    let mut workers = Vec::new();
+    for i in 0..config.workers {
+        let (http, base, shared) = (http.clone(), base.to_owned(), shared.clone());
+        let (capacity, wait_ms) = (config.worker_concurrency.max(1), config.poll_wait_ms);
+        workers.push(tokio::spawn(async move {
+            worker(http, base, shared, format!("bench-{i}"), capacity, wait_ms).await
+        }));
+    }
+
+    let started = Instant::now();
+    let progress = if config.progress {
+        let (shared, total) = (shared.clone(), config.executions);
+        Some(tokio::spawn(async move {
+            progress(shared, total, started).await
+        }))
+    } else {
+        None
+    };
+    let mut starters = Vec::new();
+    for _ in 0..config.concurrency.max(1) {
+        let (http, base, shared, run_id) = (
+            http.clone(),
+            base.to_owned(),
+            shared.clone(),
+            run_id.clone(),
+        );
+        let (total, steps, rate) = (config.executions, config.steps, config.rate);
+        starters.push(tokio::spawn(async move {
+            starter(http, base, shared, run_id, total, steps, rate).await
+        }));
+    }
+    for s in starters {
+        let _ = s.await;
+    }
+    let elapsed = started.elapsed();
+    shared.stop.store(true, Ordering::SeqCst);
+    if let Some(p) = progress {
+        p.abort();
+    }
+    for w in workers {
+        let _ = w.await;
+    }
+
+    let completed = shared.completed.load(Ordering::SeqCst);
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let mut execution_samples = std::mem::take(&mut *lock(&shared.execution_samples));
+    let mut step_samples = std::mem::take(&mut *lock(&shared.step_samples));
+    Ok(Report {
+        backend: backend.to_owned(),
+        executions: config.executions,
+        completed,
+        errors: shared.errors.load(Ordering::SeqCst),
+        steps_per_workflow: config.steps,
+        concurrency: config.concurrency,
+        workers: config.workers,
+        worker_concurrency: config.worker_concurrency,
+        rate: config.rate,
+        elapsed_s: (secs * 1000.0).round() / 1000.0,
+        steps_per_s: (shared.steps.load(Ordering::SeqCst) as f64 / secs).round(),
+        executions_per_s: (completed as f64 / secs * 10.0).round() / 10.0,
+        execution_latency_ms: Percentiles::of(&mut execution_samples),
+        step_latency_ms: Percentiles::of(&mut step_samples),
+    })
+}
+
+async fn progress(shared: Arc<Shared>, total: u64, started: Instant) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    let mut last_steps = 0;
+    loop {
+        tick.tick().await;
+        let steps = shared.steps.load(Ordering::Relaxed);
+        eprintln!(
+            "orbit bench: {:>6.1}s {}/{} executions done, {} steps/s, {} errors",
+            started.elapsed().as_secs_f64(),
+            shared.completed.load(Ordering::Relaxed),
+            total,
+            steps - last_steps,
+            shared.errors.load(Ordering::Relaxed),
+        );
+        last_steps = steps;
+    }
+}
+
+async fn pace(shared: &Shared, rate: Option<f64>) {
+    let Some(rate) = rate.filter(|r| *r > 0.0) else {
+        return;
+    };
+    let gap = Duration::from_secs_f64(1.0 / rate);
+    let at = {
+        let mut next = shared.pace.lock().await;
+        let now = Instant::now();
+        let at = next.map_or(now, |n| n.max(now));
+        *next = Some(at + gap);
+        at
+    };
+    tokio::time::sleep_until(at.into()).await;
+}
+
+async fn starter(
+    http: reqwest::Client,
+    base: String,
+    shared: Arc<Shared>,
+    run_id: String,
+    total: u64,
+    steps: u32,
+    rate: Option<f64>,
+) {
+    let workflow = workload::workflow_name(steps);
+    loop {
+        let n = shared.next.fetch_add(1, Ordering::SeqCst);
+        if n >= total {
+            return;
+        }
+        pace(&shared, rate).await;
+        let id = format!("bench-{run_id}-{n}");
+        let body = json!({"workflow": workflow, "input": {"n": 0}, "execution_id": id});
+        let begun = Instant::now();
+        let started = call(
+            &http,
+            reqwest::Method::POST,
+            format!("{base}/v1/executions"),
+            Some(&body),
+        )
+        .await;
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "start failed");
+            shared.errors.fetch_add(1, Ordering::SeqCst);
+            continue;
+        }
+        match wait_terminal(&http, &base, &id).await {
+            Ok(status) if status == "completed" => {
+                lock(&shared.execution_samples).push(begun.elapsed());
+                shared.completed.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(status) => {
+                tracing::warn!(execution = %id, %status, "execution did not complete");
+                shared.errors.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                tracing::warn!(execution = %id, error = %e, "wait failed");
+                shared.errors.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        lock(&shared.handoff).remove(&id);
+    }
+}
+
+/// Long-polls `/wait` until the execution is terminal; its final status.
+async fn wait_terminal(http: &reqwest::Client, base: &str, id: &str) -> Result<String, String> {
+    let mut failures = 0;
+    loop {
+        let answer = call(
+            http,
+            reqwest::Method::POST,
+            format!("{base}/v1/executions/{id}/wait?timeout_ms=30000"),
+            None,
+        )
+        .await;
+        match answer {
+            Ok(v) => {
+                let status = v.get("status").and_then(Value::as_str).unwrap_or("");
+                if matches!(status, "completed" | "failed" | "cancelled") {
+                    return Ok(status.to_owned());
+                }
+            }
+            Err(e) => {
+                failures += 1;
+                if failures >= 5 {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn register(
+    http: &reqwest::Client,
+    base: &str,
+    name: &str,
+    capacity: u32,
+) -> Result<String, String> {
+    let body = json!({"worker_id": name, "task_patterns": ["bench.*"], "max_tasks": capacity});
+    let v = call(
+        http,
+        reqwest::Method::POST,
+        format!("{base}/v1/workers"),
+        Some(&body),
+    )
+    .await?;
+    v.get("session_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| format!("register answered {v}"))
+}
+
+/// One worker session: polls for as many tasks as it has free slots, and
+/// answers each task (output `n + 1`) on a task of its own.
+async fn worker(
+    http: reqwest::Client,
+    base: String,
+    shared: Arc<Shared>,
+    name: String,
+    capacity: u32,
+    wait_ms: u64,
+) {
+    let free = Arc::new(AtomicUsize::new(capacity as usize));
+    let freed = Arc::new(Notify::new());
+    let mut session: Option<String> = None;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let sid = match &session {
+            Some(s) => s.clone(),
+            None => match register(&http, &base, &name, capacity).await {
+                Ok(s) => {
+                    session = Some(s.clone());
+                    s
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "register failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let want = free.load(Ordering::SeqCst);
+        if want == 0 {
+            let _ = tokio::time::timeout(Duration::from_millis(100), freed.notified()).await;
+            continue;
+        }
+        let body = json!({"max_tasks": want, "wait_ms": wait_ms});
+        let polled = call(
+            &http,
+            reqwest::Method::POST,
+            format!("{base}/v1/workers/{sid}/poll"),
+            Some(&body),
+        )
+        .await;
+        let tasks = match polled {
+            Ok(v) => v
+                .get("tasks")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+            Err(e) => {
+                if e.contains("UNKNOWN_SESSION") {
+                    session = None;
+                } else if !shared.stop.load(Ordering::SeqCst) {
+                    tracing::warn!(error = %e, "poll failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            }
+        };
+        let now = Instant::now();
+        for task in tasks {
+            let execution = task
+                .get("execution_id")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if let Some(sent) = lock(&shared.handoff).remove(execution) {
+                lock(&shared.step_samples).push(now.duration_since(sent));
+            }
+            free.fetch_sub(1, Ordering::SeqCst);
+            let (http, base, shared, free, freed) = (
+                http.clone(),
+                base.clone(),
+                shared.clone(),
+                free.clone(),
+                freed.clone(),
+            );
+            tokio::spawn(async move {
+                answer(&http, &base, &shared, &task).await;
+                free.fetch_add(1, Ordering::SeqCst);
+                freed.notify_one();
+            });
+        }
+    }
+    if let Some(sid) = session {
+        let _ = call(
+            &http,
+            reqwest::Method::DELETE,
+            format!("{base}/v1/workers/{sid}"),
+            None,
+        )
+        .await;
+    }
+}
+
+async fn answer(http: &reqwest::Client, base: &str, shared: &Shared, task: &Value) {
+    let Some(token) = task.get("token").and_then(Value::as_str) else {
+        return;
+    };
+    let execution = task
+        .get("execution_id")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let n = task
+        .pointer("/input/n")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let body = json!({"output": {"n": n + 1}});
+    for attempt in 0..5u32 {
+        lock(&shared.handoff).insert(execution.clone(), Instant::now());
+        let posted = call(
+            http,
+            reqwest::Method::POST,
+            format!("{base}/v1/tasks/{token}/result"),
+            Some(&body),
+        )
+        .await;
+        match posted {
+            Ok(v) => {
+                if v.get("accepted").and_then(Value::as_bool) == Some(true) {
+                    shared.steps.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    tracing::warn!(answer = %v, "result not accepted");
+                    lock(&shared.handoff).remove(&execution);
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, "result failed");
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+        }
+    }
+    lock(&shared.handoff).remove(&execution);
+}

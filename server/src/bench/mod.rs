@@ -1,0 +1,117 @@
+//! `orbit bench`, the load generator that is part of the product: it deploys
+//! a chain workflow, keeps a number of executions in flight, answers their
+//! tasks with real HTTP workers over loopback, and reports steps/s,
+//! executions/s and latency percentiles. It starts its own server in this
+//! process (over `--db`) or drives one at `--server URL`.
+
+mod load;
+pub mod report;
+mod target;
+pub mod workload;
+
+pub use report::{Percentiles, Report};
+pub use target::{open_store, Target};
+
+use orbit_io_tokio::driver;
+use orbit_io_tokio::storage::StorageError;
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Store of the in-process server (`sqlite://PATH`, `postgres://...`);
+    /// `None`: a fresh SQLite file in the temporary directory.
+    pub db: Option<String>,
+    /// Drive this running server instead of starting one.
+    pub server: Option<String>,
+    /// Executions to run in all.
+    pub executions: u64,
+    /// Executions in flight at once.
+    pub concurrency: u32,
+    /// Task steps per workflow (a chain).
+    pub steps: u32,
+    /// Worker sessions.
+    pub workers: u32,
+    /// Tasks one worker session holds at once (the `max_tasks` of its polls).
+    pub worker_concurrency: u32,
+    /// Long-poll wait of the workers, in milliseconds.
+    pub poll_wait_ms: u64,
+    /// Execution starts per second (`None`: as fast as the loop allows).
+    pub rate: Option<f64>,
+    /// Print progress to stderr every second.
+    pub progress: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            db: None,
+            server: None,
+            executions: 2_000,
+            concurrency: 200,
+            steps: 3,
+            workers: 4,
+            worker_concurrency: 64,
+            poll_wait_ms: 1_000,
+            rate: None,
+            progress: false,
+        }
+    }
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A setting is not usable.
+    #[error("{0}")]
+    Usage(String),
+    /// The in-process server's store could not be opened.
+    #[error("storage: {0}")]
+    Storage(#[from] StorageError),
+    /// A socket or file could not be used.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server refused the set-up (deploy) or could not be reached.
+    #[error("server: {0}")]
+    Server(String),
+}
+
+impl Config {
+    /// Checks the settings.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.db.is_some() && self.server.is_some() {
+            return Err(BenchError::Usage(
+                "--db and --server exclude each other: --server drives a running server".into(),
+            ));
+        }
+        for (name, value) in [
+            ("--concurrency", u64::from(self.concurrency)),
+            ("--steps", u64::from(self.steps)),
+            ("--workers", u64::from(self.workers)),
+            ("--worker-concurrency", u64::from(self.worker_concurrency)),
+            ("--executions", self.executions),
+        ] {
+            if value == 0 {
+                return Err(BenchError::Usage(format!("{name} must be at least 1")));
+            }
+        }
+        if let Some(rate) = self.rate {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(BenchError::Usage("--rate must be a positive number".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs one benchmark: starts (or reaches) the server, drives the load,
+/// stops the in-process server, and returns what was measured.
+pub async fn run(config: &Config, options: driver::Options) -> Result<Report, BenchError> {
+    config.validate()?;
+    let target = match &config.server {
+        Some(url) => Target::remote(url),
+        None => Target::start(config.db.as_deref(), options).await?,
+    };
+    let result = load::run(config, &target.url, &target.backend).await;
+    target.stop().await;
+    result
+}

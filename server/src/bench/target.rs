@@ -1,0 +1,109 @@
+//! The server a benchmark drives: one started in this process (driver + API
+//! on a loopback port, over the store named by `--db`), or a running one at
+//! `--server URL`.
+
+use super::BenchError;
+use crate::api::{self, AppState};
+use orbit_io_tokio::driver::{self, Driver};
+use orbit_io_tokio::storage::{
+    PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A server the load is sent to.
+pub struct Target {
+    /// Its base URL (`http://127.0.0.1:PORT`).
+    pub url: String,
+    /// `sqlite`, `postgres` or `remote`.
+    pub backend: String,
+    local: Option<Local>,
+}
+
+struct Local {
+    driver: Driver,
+    shutdown: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<()>,
+    scratch: Option<PathBuf>,
+}
+
+/// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`).
+pub async fn open_store(url: &str) -> Result<(Arc<dyn Storage>, &'static str), BenchError> {
+    if url.starts_with("sqlite:") {
+        let store = SqliteStore::open(&SqliteOptions::new(url)).await?;
+        Ok((Arc::new(store), "sqlite"))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        let store = PostgresStore::open(&PostgresOptions::new(url)).await?;
+        Ok((Arc::new(store), "postgres"))
+    } else {
+        Err(BenchError::Usage(format!(
+            "--db `{url}`: expected sqlite://PATH or postgres://..."
+        )))
+    }
+}
+
+impl Target {
+    /// A running server at `url`.
+    pub fn remote(url: &str) -> Target {
+        Target {
+            url: url.trim_end_matches('/').to_owned(),
+            backend: "remote".to_owned(),
+            local: None,
+        }
+    }
+
+    /// Starts a server in this process over `db` (a fresh SQLite file in the
+    /// temporary directory when `None`), listening on 127.0.0.1:0.
+    pub async fn start(db: Option<&str>, options: driver::Options) -> Result<Target, BenchError> {
+        let (url, scratch) = match db {
+            Some(url) => (url.to_owned(), None),
+            None => {
+                let dir =
+                    std::env::temp_dir().join(format!("orbit-bench-{}", uuid::Uuid::new_v4()));
+                std::fs::create_dir_all(&dir)?;
+                (
+                    format!("sqlite://{}", dir.join("bench.db").display()),
+                    Some(dir),
+                )
+            }
+        };
+        let (store, backend) = open_store(&url).await?;
+        let driver = Driver::start(store, options).await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let app = api::app(AppState::new(driver.clone()));
+        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stop.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, "bench server stopped");
+            }
+        });
+        Ok(Target {
+            url: format!("http://{addr}"),
+            backend: backend.to_owned(),
+            local: Some(Local {
+                driver,
+                shutdown,
+                serving,
+                scratch,
+            }),
+        })
+    }
+
+    /// Stops an in-process server (and removes its scratch database).
+    pub async fn stop(self) {
+        if let Some(local) = self.local {
+            let _ = local.shutdown.send(());
+            let _ = local.serving.await;
+            local.driver.shutdown().await;
+            if let Some(dir) = local.scratch {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
