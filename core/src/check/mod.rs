@@ -6,11 +6,14 @@
 //! order) and returns every definition that compiled plus every diagnostic
 //! found. Compilation never stops at the first error.
 
+mod compensate;
+mod context;
 mod expr;
 mod graph;
 mod hash;
 mod props;
 mod report;
+mod step;
 mod types;
 mod workflow;
 
