@@ -25,6 +25,9 @@ pub(crate) struct Scope<'s> {
     pub allowed: Option<&'s BTreeSet<String>>,
     /// The step whose expressions these are (reading it is a cycle).
     pub current: Option<String>,
+    /// A `for` step's loop variable where it is not bound yet (the list
+    /// and `if:` are evaluated before the fan-out): named in the error.
+    pub unbound_var: Option<String>,
 }
 
 /// Checks expressions of one file, recording which steps they read.
@@ -320,6 +323,15 @@ impl Checker<'_, '_> {
             );
         }
         let loc = self.loc(span);
+        if scope.unbound_var.as_deref() == Some(name) {
+            self.rep.error_help(
+                "E0100",
+                format!("unknown name `{name}`: the loop variable is not in scope here"),
+                loc,
+                "a `for` step's list and its `if:` are evaluated once, before the fan-out",
+            );
+            return None;
+        }
         self.rep.error_help(
             "E0100",
             format!("unknown name `{name}`"),

@@ -232,6 +232,7 @@ pub(crate) fn check(
             own: None,
             allowed: None,
             current: Some(name.clone()),
+            unbound_var: plan.for_each.map(|(var, _)| var.name.clone()),
         };
         let mut reads: Vec<String> = Vec::new();
         let mut part_ok = true;
@@ -252,6 +253,7 @@ pub(crate) fn check(
         });
         let scope = Scope {
             loop_var: loop_var.clone(),
+            unbound_var: None,
             ..base
         };
         let mut idem: Option<Option<ir::Expr>> = None;
@@ -511,6 +513,7 @@ pub(crate) fn check(
             own: Some((plan.decl.name.name.clone(), plan.output.clone())),
             allowed: Some(&allowed),
             current: None,
+            unbound_var: None,
         };
         compensations.push(Some(compensation(
             &mut ctx, &scope, clauses, plan, &wf_retry,
@@ -533,6 +536,7 @@ pub(crate) fn check(
         own: None,
         allowed: None,
         current: None,
+        unbound_var: None,
     };
     let output: Option<Option<ir::Expr>> = decl
         .outputs
