@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod cli_support;
+
 use std::process::{Command, Stdio};
 
 #[test]
@@ -46,4 +48,36 @@ fn dev_runs_the_demo_and_exits() {
         "{stdout}"
     );
     assert!(stdout.contains("orbit run Order"), "{stdout}");
+}
+
+#[test]
+fn dev_can_use_an_existing_server() {
+    let server = cli_support::Server::start(&[]);
+    let db = format!("sqlite://{}/dev.db", server.dir.path().display());
+    let out = Command::new(env!("CARGO_BIN_EXE_orbit"))
+        .args(["dev", "--exit", "--server", &server.url, "--db", &db])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("using the server at {}", server.url)),
+        "{stdout}"
+    );
+    assert!(stdout.contains("WorkflowCompleted"), "{stdout}");
+    assert!(
+        stdout.contains("WorkflowFailed code=CARD_DECLINED"),
+        "{stdout}"
+    );
+    // The executions are on that server.
+    let r = cli_support::orbit(&server.url, &["ls", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    // Two orders and the completed order's Shipping child.
+    assert_eq!(v["executions"].as_array().unwrap().len(), 3, "{v}");
 }

@@ -19,7 +19,7 @@ use super::common::{parse_duration, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use super::run::{describe_error, wait_for};
 use super::server::{listen_addr, open_store};
 use crate::api::{self, AppState};
-use crate::sdk::{Client, SourceFile, StartOptions, Status};
+use crate::sdk::{Client, SourceFile, StartOptions, Status, DEFAULT_SERVER};
 
 /// The example workflow file, built into the binary so `orbit dev` works
 /// from any directory.
@@ -43,6 +43,11 @@ pub struct Args {
     /// Exit after the demo instead of serving until ctrl-c.
     #[arg(long)]
     pub exit: bool,
+    /// Use the server at this URL instead of starting one (the workers, the
+    /// deploy and the demo run against it; `--db` then only places the
+    /// example wallet).
+    #[arg(long)]
+    pub server: Option<String>,
 }
 
 /// Runs `orbit dev`: exit 0 when the demo went as expected, 1 when it did
@@ -72,36 +77,21 @@ pub fn run(args: Args) -> ExitCode {
 }
 
 async fn dev(args: Args) -> Result<u8, String> {
-    let addr = listen_addr(&args.listen, false).map_err(|e| e.to_string())?;
-    let store = open_store(&args.db).await.map_err(|e| e.to_string())?;
-    let options = driver::Options {
-        engine: Config {
-            session_timeout_ms: u64::try_from(args.session_timeout.as_millis()).unwrap_or(u64::MAX),
-            ..Config::default()
-        },
-        ..driver::Options::default()
+    let embedded = match &args.server {
+        Some(_) => None,
+        None => Some(Embedded::start(&args).await?),
     };
-    let driver = Driver::start(store, options)
-        .await
-        .map_err(|e| format!("storage: {e}"))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    let url = format!("http://{bound}");
+    let url = match (&embedded, &args.server) {
+        (Some(e), _) => e.url.clone(),
+        (None, Some(url)) => url.trim_end_matches('/').to_string(),
+        (None, None) => return Err("no server".into()),
+    };
+    match &embedded {
+        Some(_) => println!("orbit dev: server on {url}, store {}", args.db),
+        None => println!("orbit dev: using the server at {url}"),
+    }
     // Workers stop first (they unregister), then the server.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (server_stop_tx, mut server_stop) = tokio::sync::watch::channel(false);
-
-    let app = api::app(AppState::new(driver.clone()));
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = server_stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-    println!("orbit dev: server on {url}, store {}", args.db);
 
     let wallet_url = workers::wallet_url(&args.db);
     let wallet = Arc::new(
@@ -132,7 +122,7 @@ async fn dev(args: Args) -> Result<u8, String> {
     }
 
     let client = Client::connect(&url).map_err(|e| e.to_string())?;
-    let outcome = demo(&client, &args, &bound.to_string(), &wallet).await;
+    let outcome = demo(&client, &args, &url, &wallet).await;
 
     let code = match outcome {
         Ok(code) => code,
@@ -142,7 +132,12 @@ async fn dev(args: Args) -> Result<u8, String> {
         }
     };
     if !args.exit {
-        println!("\nserving on {url}; press ctrl-c to stop");
+        let what = if embedded.is_some() {
+            "serving on"
+        } else {
+            "workers polling"
+        };
+        println!("\n{what} {url}; press ctrl-c to stop");
         if let Err(e) = tokio::signal::ctrl_c().await {
             eprintln!("cannot listen for ctrl-c ({e}); stopping now");
         }
@@ -151,22 +146,73 @@ async fn dev(args: Args) -> Result<u8, String> {
     for worker in running {
         let _ = worker.await;
     }
-    let _ = server_stop_tx.send(true);
-    match server.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => eprintln!("server stopped with an error: {e}"),
-        Err(e) => eprintln!("server task failed: {e}"),
+    if let Some(embedded) = embedded {
+        embedded.stop().await;
     }
-    driver.shutdown().await;
     wallet.close().await;
     Ok(code)
+}
+
+/// The in-process server: driver, HTTP listener, and its stop switch.
+struct Embedded {
+    url: String,
+    driver: Driver,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Embedded {
+    async fn start(args: &Args) -> Result<Embedded, String> {
+        let addr = listen_addr(&args.listen, false).map_err(|e| e.to_string())?;
+        let store = open_store(&args.db).await.map_err(|e| e.to_string())?;
+        let options = driver::Options {
+            engine: Config {
+                session_timeout_ms: u64::try_from(args.session_timeout.as_millis())
+                    .unwrap_or(u64::MAX),
+                ..Config::default()
+            },
+            ..driver::Options::default()
+        };
+        let driver = Driver::start(store, options)
+            .await
+            .map_err(|e| format!("storage: {e}"))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let app = api::app(AppState::new(driver.clone()));
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+        });
+        Ok(Embedded {
+            url: format!("http://{bound}"),
+            driver,
+            server,
+            stop,
+        })
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        match self.server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("server stopped with an error: {e}"),
+            Err(e) => eprintln!("server task failed: {e}"),
+        }
+        self.driver.shutdown().await;
+    }
 }
 
 /// Deploys the example and, unless `--no-demo`, runs the two orders.
 async fn demo(
     client: &Client,
     args: &Args,
-    listen: &str,
+    url: &str,
     wallet: &workers::Wallet,
 ) -> Result<u8, String> {
     let deployed = client
@@ -184,7 +230,7 @@ async fn demo(
     println!("  tasks {}", tasks.join(", "));
 
     if args.no_demo {
-        print_next_steps(listen, None);
+        print_next_steps(url, None);
         return Ok(EXIT_OK);
     }
 
@@ -219,7 +265,7 @@ async fn demo(
         ),
         Err(e) => eprintln!("cannot read the example wallet: {e}"),
     }
-    print_next_steps(listen, Some(&good.0));
+    print_next_steps(url, Some(&good.0));
     Ok(if good.1 && bad.1 {
         EXIT_OK
     } else {
@@ -259,11 +305,11 @@ async fn run_order(
     Ok((id, execution.status == expected))
 }
 
-fn print_next_steps(listen: &str, example_id: Option<&str>) {
-    let server = if listen == "127.0.0.1:7373" {
+fn print_next_steps(url: &str, example_id: Option<&str>) {
+    let server = if url == DEFAULT_SERVER {
         String::new()
     } else {
-        format!(" --server http://{listen}")
+        format!(" --server {url}")
     };
     println!("\nnext, in another terminal:");
     println!(
