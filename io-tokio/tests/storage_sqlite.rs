@@ -86,11 +86,14 @@ async fn locked_database_is_unavailable_applies_nothing_and_recovers() {
         matches!(result, Err(StorageError::Unavailable(_))),
         "{result:?}"
     );
+    assert!(store.check_writable().await.is_err());
+    assert!(store.ping().await.is_ok(), "reads still work");
     sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
 
     assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 1);
     assert!(store.execution("y").await.unwrap().is_none());
     // The store works again by itself.
+    store.check_writable().await.unwrap();
     store
         .commit(&tx(vec![append("x", 1, 2), append("y", 0, 1)]))
         .await

@@ -25,6 +25,8 @@ pub(super) struct EventLoop {
     tick: Duration,
     pending: VecDeque<Batch>,
     in_flight: Option<JoinHandle<CommitOutcome>>,
+    /// The batch ids of the commit in flight (to answer them if its task dies).
+    in_flight_ids: Vec<u64>,
     replies: HashMap<RequestId, oneshot::Sender<Response>>,
     wake_at: Option<Millis>,
     reloads_tx: mpsc::UnboundedSender<Vec<StoredExecution>>,
@@ -50,6 +52,7 @@ impl EventLoop {
             tick,
             pending: VecDeque::new(),
             in_flight: None,
+            in_flight_ids: Vec::new(),
             replies: HashMap::new(),
             wake_at: None,
             reloads_tx,
@@ -83,8 +86,16 @@ impl EventLoop {
                     match outcome {
                         Ok((batches, result)) => self.on_commit(batches, result),
                         Err(join_error) => {
-                            // The commit task panicked: its outcome is unknown.
+                            // The commit task died: its outcome is unknown.
                             tracing::error!(error = %join_error, "commit task failed");
+                            self.failed("commit task failed");
+                            for batch in std::mem::take(&mut self.in_flight_ids) {
+                                let result = StorageResult::Ambiguous {
+                                    message: format!("commit task failed: {join_error}"),
+                                };
+                                let effects = self.engine.handle(now_ms(), Input::Stored { batch, result });
+                                self.execute(effects);
+                            }
                         }
                     }
                 }
@@ -156,6 +167,7 @@ impl EventLoop {
             return;
         }
         let batches: Vec<Batch> = self.pending.drain(..).collect();
+        self.in_flight_ids = batches.iter().map(|b| b.id).collect();
         let store = self.store.clone();
         let metrics = self.metrics.clone();
         self.in_flight = Some(tokio::spawn(async move {

@@ -8,11 +8,11 @@ mod postgres;
 mod records;
 mod sqlite;
 
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use records::{
     Append, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
-pub use postgres::{PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};
 
 use async_trait::async_trait;
@@ -83,6 +83,11 @@ pub trait Storage: Send + Sync {
     async fn queue(&self) -> Result<Vec<QueueOp>, StorageError>;
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StorageError>;
+    /// Checks that the store could take a write now (for `/readyz`). The
+    /// default only pings; backends override it with a real write check.
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        self.ping().await
+    }
 }
 
 /// Whether an execution status is terminal.

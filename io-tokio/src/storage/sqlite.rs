@@ -567,6 +567,21 @@ impl Storage for SqliteStore {
             .collect()
     }
 
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        // Take the write lock and give it back: fails when the file is
+        // read-only, locked by another program or the disk is gone.
+        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+            conn.detach();
+            return Err(unavailable(e));
+        }
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), StorageError> {
         sqlx::query("SELECT 1")
             .execute(&self.readers)

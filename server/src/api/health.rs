@@ -15,7 +15,7 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// Recovered and able to reach the store.
+/// Recovered, and the store would take a write now.
 #[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "NOT_READY")))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
     if !state.driver.is_ready() {
@@ -25,7 +25,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
             "the server is not running its engine",
         ));
     }
-    if let Err(e) = state.driver.store().ping().await {
+    if let Err(e) = state.driver.store().check_writable().await {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "NOT_READY",
