@@ -145,8 +145,20 @@ impl ReqwestTransport {
                 "server URL `{base_url}`: the scheme must be http or https"
             )));
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
+        let host = parsed.host_str().unwrap_or_default();
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
+        if loopback {
+            // A proxy configured for the outside world must not intercept a
+            // local server.
+            builder = builder.no_proxy();
+        }
+        let client = builder
             .build()
             .map_err(|e| TransportError::Invalid(e.to_string()))?;
         Ok(ReqwestTransport {
