@@ -1,7 +1,8 @@
 //! The Rust SDK for ORBIT: a [`Client`] to deploy definitions and drive
 //! executions, and a [`Worker`] that runs task handlers. Both speak the HTTP
-//! API of `api.md` through a pluggable [`Transport`] (reqwest by default; the
-//! simulation plugs in its own network).
+//! API of `api.md` through a pluggable [`Transport`]: reqwest by default,
+//! [`InProcessTransport`] straight into an axum router, or the simulation's
+//! own network.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), orbit_server::sdk::Error> {
@@ -27,6 +28,7 @@
 
 mod client;
 mod error;
+mod in_process;
 mod retry;
 mod transport;
 mod types;
@@ -34,6 +36,7 @@ mod worker;
 
 pub use client::{Client, DEFAULT_ATTEMPTS, DEFAULT_SERVER};
 pub use error::Error;
+pub use in_process::InProcessTransport;
 pub use retry::{retryable_status, Backoff};
 pub use transport::{
     BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport, TransportError,

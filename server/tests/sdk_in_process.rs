@@ -1,0 +1,85 @@
+//! The SDK over [`InProcessTransport`] against the real API router and
+//! driver (SQLite in a temp dir), no sockets: deploy, start, a worker runs
+//! the task, the execution completes; refusals come back typed.
+
+#![allow(clippy::unwrap_used)]
+
+mod cli_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cli_support::PLAIN;
+use orbit_io_tokio::driver::{Driver, Options};
+use orbit_io_tokio::storage::{SqliteOptions, SqliteStore};
+use orbit_server::api::{app, AppState};
+use orbit_server::sdk::{
+    Client, InProcessTransport, SourceFile, StartOptions, Status, Task, Transport, Worker,
+};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_and_worker_in_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/orbit.db", dir.path().display());
+    let store = SqliteStore::open(&SqliteOptions::new(url)).await.unwrap();
+    let driver = Driver::start(Arc::new(store), Options::default())
+        .await
+        .unwrap();
+    let transport: Arc<dyn Transport> =
+        Arc::new(InProcessTransport::new(app(AppState::new(driver.clone()))));
+    let client = Client::with_transport(Arc::clone(&transport));
+
+    let deployed = client
+        .deploy(&[SourceFile {
+            filename: "plain.orbit".into(),
+            source: PLAIN.into(),
+        }])
+        .await
+        .unwrap();
+    assert!(deployed
+        .workflows
+        .iter()
+        .any(|w| w.name == "Plain" && w.created));
+
+    let worker = Worker::builder("in-process")
+        .poll_wait(Duration::from_millis(500))
+        .handler("demo.work", |task: Task| async move {
+            Ok(json!({ "doubled": task.input["n"].as_i64().unwrap() * 2 }))
+        })
+        .build(Arc::clone(&transport));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        worker
+            .run(async move {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+
+    let mut start = StartOptions::new("Plain", json!({"n": 5}));
+    start.execution_id = Some("ip-1".into());
+    let started = client.start(start).await.unwrap();
+    assert!(started.created);
+    let done = client.wait("ip-1", Duration::from_secs(10)).await.unwrap();
+    assert_eq!(done.status, Status::Completed);
+    assert_eq!(done.output, json!({"doubled": 10}));
+    let logs = client.logs("ip-1").await.unwrap();
+    assert!(
+        logs.contains("#4 StepDispatched step=work attempt=1 worker_id=in-process"),
+        "{logs}"
+    );
+
+    let err = client
+        .start(StartOptions::new("Plain", json!({"n": "five"})))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("INPUT_CONTRACT_VIOLATION"));
+    assert_eq!(err.status(), Some(400));
+    let err = client.get("nope").await.unwrap_err();
+    assert_eq!(err.code(), Some("UNKNOWN_EXECUTION"));
+
+    stop_tx.send(()).unwrap();
+    running.await.unwrap().unwrap();
+    driver.shutdown().await;
+}
