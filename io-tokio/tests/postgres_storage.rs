@@ -192,3 +192,37 @@ async fn a_bad_url_is_unavailable_not_a_panic() {
     let result = PostgresStore::open(&PostgresOptions::new("not a url")).await;
     assert!(matches!(result, Err(StorageError::Unavailable(_))));
 }
+
+#[tokio::test]
+async fn a_read_only_database_is_not_writable() {
+    let Some(db) = ScratchDatabase::create("readonly").await else {
+        return;
+    };
+    let store = open(&db).await;
+    store.check_writable().await.unwrap();
+    store.close().await;
+    db.admin(&format!(
+        "ALTER DATABASE \"{}\" SET default_transaction_read_only = on",
+        db.name()
+    ))
+    .await;
+    // Opening may already refuse (the migration bookkeeping writes); if it
+    // opens, the store says it is not writable and commits fail cleanly.
+    let store = match PostgresStore::open(&PostgresOptions::new(db.url())).await {
+        Ok(store) => store,
+        Err(e) => {
+            assert!(matches!(e, StorageError::Unavailable(_)), "{e:?}");
+            return;
+        }
+    };
+    assert!(matches!(
+        store.check_writable().await,
+        Err(StorageError::Unavailable(_))
+    ));
+    let result = store.commit(&tx(vec![append("ro", 0, 1)])).await;
+    assert!(
+        matches!(result, Err(StorageError::Unavailable(_))),
+        "{result:?}"
+    );
+    store.close().await;
+}

@@ -817,6 +817,21 @@ impl Storage for PostgresStore {
             .collect()
     }
 
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        // On the writer's own connection: a hot standby or a read-only
+        // default would refuse every commit.
+        let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
+            .fetch_one(&self.writer)
+            .await
+            .map_err(unavailable)?;
+        if read_only == "on" {
+            return Err(StorageError::Unavailable(
+                "the database is read-only (a standby, or default_transaction_read_only)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     async fn ping(&self) -> Result<(), StorageError> {
         sqlx::query("SELECT 1")
             .execute(&self.readers)
