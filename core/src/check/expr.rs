@@ -162,9 +162,18 @@ impl Checker<'_, '_> {
                     (_, Type::Json) => Type::Json,
                     (UnaryOp::Not, Type::Bool) => Type::Bool,
                     (UnaryOp::Neg, t @ (Type::Int | Type::Float | Type::Duration)) => t.clone(),
-                    (_, t @ (Type::Optional(_) | Type::Null)) => {
-                        let t = t.clone();
-                        self.mismatch(&t, &Type::Bool, operand.span);
+                    (op, t @ (Type::Optional(_) | Type::Null)) => {
+                        let sym = if *op == UnaryOp::Not { "!" } else { "-" };
+                        let loc = self.loc(operand.span);
+                        self.rep.error_help(
+                            "E0405",
+                            format!(
+                                "optional value where a value is required: `{sym}` on `{}`",
+                                show(t)
+                            ),
+                            loc,
+                            "give a default with `??`, e.g. `value ?? default`",
+                        );
                         return None;
                     }
                     (op, t) => {
@@ -429,11 +438,8 @@ impl Checker<'_, '_> {
         match op {
             Coalesce => match l {
                 Type::Null => Some(r.clone()),
-                Type::Json => Some(if *r == Type::Json {
-                    Type::Json
-                } else {
-                    optional_strip(r)
-                }),
+                // A `Json` may hold anything (null included): the result stays dynamic.
+                Type::Json => Some(Type::Json),
                 Type::Optional(inner) => {
                     let inner = (**inner).clone();
                     match assignable(r, &optional(inner.clone())) {
@@ -723,13 +729,6 @@ impl Checker<'_, '_> {
                 span,
             );
         }
-    }
-}
-
-fn optional_strip(t: &Type) -> Type {
-    match t {
-        Type::Optional(inner) => (**inner).clone(),
-        other => other.clone(),
     }
 }
 
