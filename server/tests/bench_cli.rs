@@ -1,0 +1,83 @@
+//! `orbit bench` through the real binary: a small run on the default
+//! (scratch SQLite) backend prints JSON with every figure, the text line,
+//! progress on stderr, and usage errors exit with 2.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_orbit"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("run orbit bench")
+}
+
+#[test]
+fn a_small_run_reports_every_figure_as_json() {
+    let out = bench(&[
+        "--executions",
+        "40",
+        "--concurrency",
+        "8",
+        "--steps",
+        "2",
+        "--workers",
+        "2",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["backend"], "sqlite");
+    assert_eq!(report["executions"], 40);
+    assert_eq!(report["completed"], 40);
+    assert_eq!(report["errors"], 0);
+    assert_eq!(report["steps_per_workflow"], 2);
+    assert!(report["steps_per_s"].as_f64().unwrap() > 0.0);
+    assert!(report["executions_per_s"].as_f64().unwrap() > 0.0);
+    let e = &report["execution_latency_ms"];
+    assert_eq!(e["count"], 40);
+    assert!(e["p50"].as_f64().unwrap() > 0.0);
+    assert!(e["p50"].as_f64() <= e["p99"].as_f64());
+    // One hand-off per step after the first.
+    assert_eq!(report["step_latency_ms"]["count"], 40);
+}
+
+#[test]
+fn the_default_output_is_one_line_of_text() {
+    let out = bench(&["--executions", "10", "--concurrency", "5", "--quiet"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(stdout.contains("steps/s"), "{stdout}");
+    assert!(stdout.contains("backend=sqlite"), "{stdout}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("executions done"));
+}
+
+#[test]
+fn bad_settings_exit_with_2() {
+    for args in [
+        &["--executions", "0"][..],
+        &["--steps", "0"][..],
+        &["--db", "mysql://nope"][..],
+        &["--db", "sqlite://x.db", "--server", "http://127.0.0.1:1"][..],
+    ] {
+        let out = bench(args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn an_unreachable_server_is_an_error_not_a_hang() {
+    let out = bench(&["--server", "http://127.0.0.1:1", "--executions", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error"));
+}
