@@ -274,7 +274,22 @@ pub fn compile(
                 .iter()
                 .any(|o| *o >= decl.span.start && (*o <= decl.span.end || *o == usize::MAX))
         });
-        if let Some(wf) = checked.workflow.filter(|_| !broken) {
+        let checked_workflow = checked.workflow.filter(|_| !broken).filter(|wf| {
+            let levels = json_depth(&serde_json::to_value(wf).unwrap_or_default());
+            if levels > MAX_DEFINITION_DEPTH {
+                rep.error_help(
+                    "E0012",
+                    format!(
+                        "nested too deeply: the compiled workflow `{}` is {levels} levels deep in JSON (at most {MAX_DEFINITION_DEPTH})",
+                        decl.name.name
+                    ),
+                    Loc { file, span: decl.name.span },
+                    "flatten deeply nested record literals or types",
+                );
+            }
+            levels <= MAX_DEFINITION_DEPTH
+        });
+        if let Some(wf) = checked_workflow {
             let def = Definition::new(
                 wf,
                 sources
@@ -296,6 +311,30 @@ pub fn compile(
         tasks: tasks.into_values().flatten().collect(),
         diagnostics: diags.into_iter().map(|(_, d)| d).collect(),
     }
+}
+
+/// Deepest JSON encoding of a compiled workflow accepted, well below the
+/// nesting limits of common JSON decoders (serde_json stops at 128).
+pub const MAX_DEFINITION_DEPTH: usize = 100;
+
+/// Nesting depth of a JSON value (iterative: no recursion on the input).
+fn json_depth(value: &serde_json::Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            serde_json::Value::Object(m) => {
+                deepest = deepest.max(d);
+                stack.extend(m.values().map(|c| (c, d + 1)));
+            }
+            serde_json::Value::Array(a) => {
+                deepest = deepest.max(d);
+                stack.extend(a.iter().map(|c| (c, d + 1)));
+            }
+            _ => deepest = deepest.max(d - 1),
+        }
+    }
+    deepest
 }
 
 /// Checks task declarations: reserved and duplicate names, versions, and

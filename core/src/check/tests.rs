@@ -439,6 +439,39 @@ fn the_spec_example_parses_cool_off_on_one_line() {
     assert_eq!(order.workflow.tasks.len(), 5);
 }
 
+#[test]
+fn deep_types_and_definitions_are_refused_with_e0012() {
+    // A chain of 100 named types, each wrapping the next.
+    let mut chain = String::new();
+    for i in 0..100 {
+        chain.push_str(&format!("type T{i} = {{ v: T{} }}\n", i + 1));
+    }
+    chain.push_str("type T100 = Int\n");
+    let found = codes(&chain);
+    assert!(
+        !found.is_empty() && found.iter().all(|c| c == "E0012"),
+        "{found:?}"
+    );
+    // 30 nested record literals stay under the expression limit but would
+    // encode the definition more than 100 JSON levels deep.
+    let mut value = "1".to_string();
+    for _ in 0..30 {
+        value = format!("{{ a: {value} }}");
+    }
+    let src = format!("workflow W version \"1.0.0\" {{ output {value} }}");
+    assert_eq!(messages(&src).len(), 1);
+    assert_eq!(codes(&src), ["E0012"]);
+    // Moderate nesting is fine.
+    let mut value = "1".to_string();
+    for _ in 0..10 {
+        value = format!("{{ a: {value} }}");
+    }
+    assert!(codes(&format!(
+        "workflow W version \"1.0.0\" {{ output {value} }}"
+    ))
+    .is_empty());
+}
+
 mod robustness {
     use super::super::*;
     use proptest::prelude::*;

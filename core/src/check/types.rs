@@ -109,6 +109,22 @@ pub(crate) fn join(a: &Type, b: &Type) -> Option<Type> {
     }
 }
 
+/// Deepest resolved type accepted (records, lists and optionals nested in
+/// each other, through named types included).
+pub(crate) const MAX_TYPE_DEPTH: usize = 24;
+/// Longest chain of named types referring to one another.
+const MAX_NAMED_CHAIN: usize = 64;
+
+/// Nesting depth of a type (bounded: types deeper than [`MAX_TYPE_DEPTH`]
+/// are never built).
+pub(crate) fn depth(t: &Type) -> usize {
+    1 + match t {
+        Type::List(inner) | Type::Optional(inner) => depth(inner),
+        Type::Record(fields) => fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// Declared named types and their resolved forms.
 pub(crate) struct TypeTable<'a> {
     decls: BTreeMap<String, (usize, &'a TypeDecl)>,
@@ -230,14 +246,25 @@ impl<'a> TypeTable<'a> {
                     return None;
                 }
                 if self.decls.contains_key(name) {
+                    if stack.len() >= MAX_NAMED_CHAIN {
+                        rep.error(
+                            "E0012",
+                            format!("nested too deeply: more than {MAX_NAMED_CHAIN} named types refer to one another"),
+                            loc,
+                        );
+                        return None;
+                    }
                     return self.resolve_named(name, stack, rep);
                 }
                 rep.error("E0100", format!("unknown name: no type `{name}`"), loc);
                 None
             }
-            TypeExprKind::List(inner) => self
-                .resolve_in(inner, file, stack, rep)
-                .map(|t| Type::List(Box::new(t))),
+            TypeExprKind::List(inner) => {
+                let t = self
+                    .resolve_in(inner, file, stack, rep)
+                    .map(|t| Type::List(Box::new(t)));
+                bounded(t, loc, rep)
+            }
             TypeExprKind::Optional(inner) => self.resolve_in(inner, file, stack, rep).map(optional),
             TypeExprKind::Record(fields) => {
                 let mut out = BTreeMap::new();
@@ -262,10 +289,24 @@ impl<'a> TypeTable<'a> {
                         None => ok = false,
                     }
                 }
-                ok.then_some(Type::Record(out))
+                bounded(ok.then_some(Type::Record(out)), loc, rep)
             }
         }
     }
+}
+
+/// `t` if it is not deeper than [`MAX_TYPE_DEPTH`]; E0012 otherwise.
+fn bounded(t: Option<Type>, loc: Loc, rep: &mut Reporter) -> Option<Type> {
+    let t = t?;
+    if depth(&t) > MAX_TYPE_DEPTH {
+        rep.error(
+            "E0012",
+            format!("nested too deeply: type nested more than {MAX_TYPE_DEPTH} levels deep"),
+            loc,
+        );
+        return None;
+    }
+    Some(t)
 }
 
 fn is_builtin(name: &str) -> bool {

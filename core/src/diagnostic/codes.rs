@@ -41,6 +41,10 @@ pub const CODES: &[Code] = &[
         title: "unexpected end of file",
     },
     Code {
+        code: "E0012",
+        title: "nested too deeply",
+    },
+    Code {
         code: "E0100",
         title: "unknown name",
     },

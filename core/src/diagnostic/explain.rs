@@ -10,6 +10,7 @@ const EXPLANATIONS: &[(&str, &str)] = &[
     ("E0004", include_str!("../../../docs/src/errors/E0004.md")),
     ("E0010", include_str!("../../../docs/src/errors/E0010.md")),
     ("E0011", include_str!("../../../docs/src/errors/E0011.md")),
+    ("E0012", include_str!("../../../docs/src/errors/E0012.md")),
     ("E0100", include_str!("../../../docs/src/errors/E0100.md")),
     ("E0101", include_str!("../../../docs/src/errors/E0101.md")),
     ("E0102", include_str!("../../../docs/src/errors/E0102.md")),

@@ -1,5 +1,5 @@
 //! The parser: tokens to a syntax tree. Parsing never aborts: an error is
-//! reported once (E0010/E0011) and the parser resumes at the next clause or
+//! reported once (E0010/E0011/E0012) and the parser resumes at the next clause or
 //! declaration boundary (a line start at the same nesting depth, or the end
 //! of the enclosing block), so every independent error surfaces in one run.
 
@@ -494,13 +494,13 @@ impl Parser<'_> {
         Ident { name, span: t.span }
     }
 
-    /// Enters one level of nesting; reports E0010 beyond `max`.
+    /// Enters one level of nesting; reports E0012 beyond `max`.
     fn enter(&mut self, max: usize, what: &str) -> PResult<()> {
         if self.nest >= max {
             let span = self.span();
             self.errors.push(Diagnostic::new(
-                "E0010",
-                format!("unexpected token: {what} nested more than {max} levels deep"),
+                "E0012",
+                format!("nested too deeply: {what} nested more than {max} levels deep"),
                 self.file,
                 self.text,
                 span,
@@ -515,9 +515,9 @@ impl Parser<'_> {
     fn bounded(&mut self, e: Expr) -> PResult<Expr> {
         if depth(&e) > MAX_EXPR_DEPTH {
             self.errors.push(Diagnostic::new(
-                "E0010",
+                "E0012",
                 format!(
-                    "unexpected token: expression nested more than {MAX_EXPR_DEPTH} levels deep"
+                    "nested too deeply: expression nested more than {MAX_EXPR_DEPTH} levels deep"
                 ),
                 self.file,
                 self.text,

@@ -104,20 +104,20 @@ fn errors_in_separate_clauses_and_declarations_are_all_reported() {
 fn nesting_is_bounded_without_overflowing_the_stack() {
     let deep = format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000));
     let (_, errors) = output_expr(&deep);
-    assert_eq!(errors, ["E0010"]);
+    assert_eq!(errors, ["E0012"]);
     let nots = format!("{}true", "!".repeat(100_000));
-    assert_eq!(output_expr(&nots).1, ["E0010"]);
+    assert_eq!(output_expr(&nots).1, ["E0012"]);
     let chain = vec!["a"; 10_000].join(" + ");
-    assert_eq!(output_expr(&chain).1, ["E0010"]);
+    assert_eq!(output_expr(&chain).1, ["E0012"]);
     let members = format!("a{}", ".b".repeat(10_000));
-    assert_eq!(output_expr(&members).1, ["E0010"]);
+    assert_eq!(output_expr(&members).1, ["E0012"]);
     let lists = format!("{}1{}", "[".repeat(50_000), "]".repeat(50_000));
-    assert_eq!(output_expr(&lists).1, ["E0010"]);
+    assert_eq!(output_expr(&lists).1, ["E0012"]);
     let types = format!("type T = {}Int{}\n", "[".repeat(50_000), "]".repeat(50_000));
     let (_, errors) = parse("t.orbit", &types);
     assert_eq!(
         errors.iter().map(|e| e.code.as_str()).collect::<Vec<_>>(),
-        ["E0010"]
+        ["E0012"]
     );
     // Reasonable nesting is fine.
     let ok = vec!["a"; 30].join(" + ");
