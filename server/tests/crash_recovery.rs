@@ -313,3 +313,380 @@ async fn sigterm_answers_parked_polls_and_exits_cleanly() {
     }
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+const TWO_STEPS: &str = r#"
+task "orders.validate" version "1.0.0" {
+    input  { order_id: String }
+    output { ok: Bool }
+}
+
+task "payments.charge" version "1.0.0" {
+    input  { order_id: String, amount: Int }
+    output { transaction_id: String }
+}
+
+workflow Soak version "1.0.0" {
+    input { order_id: String, amount: Int }
+
+    step validate {
+        worker "orders.validate"
+        with { order_id: input.order_id }
+    }
+
+    step charge {
+        worker "payments.charge"
+        with { order_id: input.order_id, amount: input.amount }
+        idempotency_key: "charge-" + input.order_id
+        after: [validate]
+    }
+
+    output { transaction_id: charge.transaction_id }
+}
+"#;
+
+/// Sends until the server gives an answer that is not a connection error
+/// or a 5xx, as the SDKs do for worker traffic.
+async fn post_until_answered(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(r) = client.post(format!("{base}{path}")).json(body).send().await {
+            let status = r.status().as_u16();
+            if status < 500 {
+                return (status, r.json().await.unwrap_or(Value::Null));
+            }
+        }
+        assert!(Instant::now() < deadline, "no answer to {path}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A wallet that records one charge per idempotency key and answers a
+/// repeated key with the recorded transaction.
+#[derive(Default)]
+struct Wallet {
+    charges: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+}
+
+impl Wallet {
+    fn charge(&self, key: &str) -> String {
+        let mut charges = self.charges.lock().unwrap();
+        let next = format!("tx-{}", charges.len() + 1);
+        charges.entry(key.to_owned()).or_insert(next).clone()
+    }
+}
+
+async fn soak_worker(
+    base: String,
+    name: String,
+    wallet: std::sync::Arc<Wallet>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
+    let mut session: Option<String> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(sid) = session.clone() else {
+            let (status, reg) = post_until_answered(
+                &base,
+                "/v1/workers",
+                &json!({"worker_id": name, "task_patterns": ["orders.*", "payments.*"]}),
+            )
+            .await;
+            assert_eq!(status, 200, "{reg}");
+            session = reg["session_id"].as_str().map(str::to_owned);
+            continue;
+        };
+        let (status, polled) = post_until_answered(
+            &base,
+            &format!("/v1/workers/{sid}/poll"),
+            &json!({"max_tasks": 8, "wait_ms": 300}),
+        )
+        .await;
+        if status == 404 {
+            session = None;
+            continue;
+        }
+        assert_eq!(status, 200, "{polled}");
+        for task in polled["tasks"].as_array().cloned().unwrap_or_default() {
+            let output = match task["task_name"].as_str().unwrap() {
+                "orders.validate" => json!({"ok": true}),
+                _ => {
+                    json!({"transaction_id": wallet.charge(task["idempotency_key"].as_str().unwrap())})
+                }
+            };
+            let token = task["token"].as_str().unwrap();
+            let (status, answer) = post_until_answered(
+                &base,
+                &format!("/v1/tasks/{token}/result"),
+                &json!({"output": output}),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    }
+}
+
+/// A soak: executions run while the server is SIGKILLed five times at
+/// varying moments. Every execution completes, every unit has exactly one
+/// `StepSucceeded`, and the wallet charged each order once.
+/// `ORBIT_SOAK_EXECUTIONS` sets the size (default 1000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn soak_with_five_sigkills_completes_every_execution_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let n: usize = std::env::var("ORBIT_SOAK_EXECUTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("orbit.db");
+    let port = free_port();
+    let mut server = start(&db, port, "2s").await;
+    let base = server.base.clone();
+    let (status, body) = post(
+        &base,
+        "/v1/definitions",
+        json!({"source": TWO_STEPS, "filename": "soak.orbit"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let wallet = Arc::new(Wallet::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            tokio::spawn(soak_worker(
+                base.clone(),
+                format!("soak-{i}"),
+                wallet.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let starter = {
+        let base = base.clone();
+        tokio::spawn(async move {
+            for i in 0..n {
+                let (status, body) = post_until_answered(
+                    &base,
+                    "/v1/executions",
+                    &json!({"workflow": "Soak", "input": {"order_id": format!("o-{i}"), "amount": 100 + i}, "execution_id": format!("soak-{i}")}),
+                )
+                .await;
+                assert!(status == 201 || status == 200, "{body}");
+            }
+        })
+    };
+
+    // Kill at moments spread over the run; the seed is printed for a rerun.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    eprintln!("soak seed {seed}");
+    let mut x = seed | 1;
+    for _ in 0..5 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = 200 + (x >> 33) % 900;
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        drop(server);
+        server = start(&db, port, "2s").await;
+    }
+    starter.await.unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for i in 0..n {
+        loop {
+            let (status, e) = post_until_answered(
+                &base,
+                &format!("/v1/executions/soak-{i}/wait?timeout_ms=5000"),
+                &json!(null),
+            )
+            .await;
+            assert_eq!(status, 200, "{e}");
+            if e["status"] == "completed" {
+                let key = format!("charge-o-{i}");
+                let recorded = wallet.charges.lock().unwrap().get(&key).cloned();
+                assert_eq!(e["output"]["transaction_id"].as_str(), recorded.as_deref());
+                break;
+            }
+            assert_ne!(e["status"], "failed", "{e}");
+            assert!(Instant::now() < deadline, "soak-{i} did not complete: {e}");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    for i in 0..n {
+        let (status, h) = get(&base, &format!("/v1/executions/soak-{i}/history")).await;
+        assert_eq!(status, 200);
+        let mut successes = std::collections::BTreeMap::<String, usize>::new();
+        for e in h["events"].as_array().unwrap() {
+            if e["type"] == "StepSucceeded" {
+                *successes
+                    .entry(e["step"].as_str().unwrap().to_owned())
+                    .or_default() += 1;
+            }
+        }
+        assert_eq!(
+            successes.get("validate"),
+            Some(&1),
+            "soak-{i}: {successes:?}"
+        );
+        assert_eq!(successes.get("charge"), Some(&1), "soak-{i}: {successes:?}");
+    }
+    assert_eq!(
+        wallet.charges.lock().unwrap().len(),
+        n,
+        "one charge per order"
+    );
+    drop(server);
+}
+
+const PLAIN: &str = r#"
+task "demo.work" version "1.0.0" {
+    input  { n: Int }
+    output { doubled: Int }
+}
+
+workflow Plain version "1.0.0" {
+    input { n: Int }
+    step work {
+        worker "demo.work"
+        with { n: input.n }
+    }
+    output { doubled: work.doubled }
+}
+"#;
+
+/// Seed 003's listing: `flaky-1` takes the task and goes silent; after
+/// `--session-timeout 5` the attempt is uncertain and redelivered to
+/// `flaky-2`; `flaky-1` comes back and its success is accepted, and
+/// `flaky-2` finds its own token on the cancel list.
+#[tokio::test]
+async fn silent_worker_is_redelivered_and_its_late_success_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("orbit.db");
+    let server = start(&db, free_port(), "5").await;
+    let base = server.base.clone();
+    let (status, body) = post(
+        &base,
+        "/v1/definitions",
+        json!({"source": PLAIN, "filename": "plain.orbit"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let register = |name: &'static str| {
+        let base = base.clone();
+        async move {
+            let (_, reg) = post(
+                &base,
+                "/v1/workers",
+                json!({"worker_id": name, "task_patterns": ["demo.*"]}),
+            )
+            .await;
+            reg["session_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let flaky1 = register("flaky-1").await;
+    let flaky2 = register("flaky-2").await;
+    let (status, _) = post(
+        &base,
+        "/v1/executions",
+        json!({"workflow": "Plain", "input": {"n": 1}, "execution_id": "u-1"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (_, polled) = post(
+        &base,
+        &format!("/v1/workers/{flaky1}/poll"),
+        json!({"max_tasks": 1, "wait_ms": 2000}),
+    )
+    .await;
+    let first = polled["tasks"][0].clone();
+    assert_eq!(first["redelivery"], false, "{polled}");
+
+    // flaky-1 is silent; flaky-2 keeps polling and receives the redelivery.
+    let started = Instant::now();
+    let second = loop {
+        let (status, polled) = post(
+            &base,
+            &format!("/v1/workers/{flaky2}/poll"),
+            json!({"max_tasks": 1, "wait_ms": 1000}),
+        )
+        .await;
+        assert_eq!(status, 200, "{polled}");
+        if let Some(t) = polled["tasks"].as_array().and_then(|t| t.first()) {
+            break t.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(15), "no redelivery");
+    };
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "redelivered too early"
+    );
+    assert_eq!(second["redelivery"], true);
+    assert_eq!(second["attempt"], 1);
+    assert_eq!(second["idempotency_key"], "u-1/work");
+    assert_eq!(second["input"], json!({"n": 1}));
+
+    // flaky-1 comes back with its original token: the work happened, it counts.
+    let (_, body) = post(
+        &base,
+        &format!("/v1/tasks/{}/result", first["token"].as_str().unwrap()),
+        json!({"output": {"doubled": 2}}),
+    )
+    .await;
+    assert_eq!(body, json!({"accepted": true}));
+    let second_token = second["token"].as_str().unwrap();
+    let (_, hb) = post(
+        &base,
+        &format!("/v1/workers/{flaky2}/heartbeat"),
+        json!({"held": [second_token]}),
+    )
+    .await;
+    assert_eq!(hb["cancel"], json!([second_token]), "{hb}");
+    // The execution is finished, so flaky-2's report is not recorded.
+    let (_, dup) = post(
+        &base,
+        &format!("/v1/tasks/{second_token}/result"),
+        json!({"output": {"doubled": 2}}),
+    )
+    .await;
+    assert_eq!(
+        dup,
+        json!({"accepted": false, "reason": "unknown token (execution finished or token invalid)"})
+    );
+
+    let (_, h) = get(&base, "/v1/executions/u-1/history").await;
+    let lines: Vec<String> = h["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| match e["type"].as_str().unwrap() {
+            "StepDispatched" => format!("StepDispatched {}", e["worker_id"].as_str().unwrap()),
+            "StepAttemptUncertain" => {
+                format!("StepAttemptUncertain {}", e["reason"].as_str().unwrap())
+            }
+            "StepScheduled" => format!("StepScheduled redelivery={}", e["redelivery"]),
+            other => other.to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            "WorkflowCreated",
+            "WorkflowStarted",
+            "StepScheduled redelivery=false",
+            "StepDispatched flaky-1",
+            "StepAttemptUncertain worker `flaky-1` stopped responding",
+            "StepScheduled redelivery=true",
+            "StepDispatched flaky-2",
+            "StepSucceeded",
+            "WorkflowCompleted",
+        ]
+    );
+}
