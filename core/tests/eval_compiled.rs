@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use orbit_core::eval::{check_value_at, evaluate, EvalError, Scope};
-use orbit_core::ir::{Expr, StepKind, Workflow};
+use orbit_core::eval::{check_value_at, evaluate, evaluate_as, EvalError, Scope};
+use orbit_core::ir::{Expr, StepKind, Type, Workflow};
 use orbit_core::{compile, Source};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -45,6 +45,15 @@ impl Run {
     fn step(mut self, name: &str, output: Value) -> Run {
         self.steps.insert(name.into(), output);
         self
+    }
+    fn eval_as(&self, e: &Expr, ty: &Type) -> Result<Value, EvalError> {
+        let scope = Scope {
+            input: &self.input,
+            execution: &self.execution,
+            steps: &self.steps,
+            vars: &self.vars,
+        };
+        evaluate_as(e, ty, &scope)
     }
     fn eval(&self, e: &Expr) -> Result<Value, EvalError> {
         let scope = Scope {
@@ -217,13 +226,28 @@ fn json_payloads_are_checked_where_they_are_used() {
         json!({"order_id": "o-1", "priority": 1})
     );
 
+    // `approval.ok ?? false` is a Json (the payload may hold anything), so a
+    // caller needing a Bool or a contract checks with evaluate_as.
     let run =
         Run::new(&wf, base.clone()).step("approval", json!({"ok": "yes", "priority": "high"}));
-    let e = run.eval(&condition).unwrap_err();
+    assert_eq!(run.eval(&condition).unwrap(), json!("yes"));
+    let e = run.eval_as(&condition, &Type::Bool).unwrap_err();
     assert_eq!(e.code(), "EXPRESSION_ERROR");
-    assert!(e.to_string().contains("expected Bool, found String"), "{e}");
-    let e = run.eval(input).unwrap_err();
-    assert!(e.to_string().contains("expected Int, found String"), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "value does not match its type: expected Bool, found String"
+    );
+    let contract = &wf.tasks["orders.ship"].input;
+    let e = run.eval_as(input, contract).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "value does not match its type: priority: expected Int, found String"
+    );
+    let fine = Run::new(&wf, base.clone()).step("approval", json!({"priority": 2.0}));
+    assert_eq!(
+        fine.eval_as(input, contract).unwrap(),
+        json!({"order_id": "o-1", "priority": 2})
+    );
 
     // A payload that is not an object at all.
     let run = Run::new(&wf, base).step("approval", json!(7));
