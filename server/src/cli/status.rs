@@ -41,6 +41,10 @@ async fn status(args: &Args) -> Outcome {
         println!("error      {}", describe_error(&execution.error));
     }
     for (key, value) in &execution.extra {
+        if key == "units" {
+            print_units(value);
+            continue;
+        }
         match value {
             serde_json::Value::Null => {}
             serde_json::Value::String(s) => println!("{key:<10} {s}"),
@@ -61,4 +65,31 @@ async fn status(args: &Args) -> Outcome {
         }
     }
     Ok(EXIT_OK)
+}
+
+/// One line per unit: name, status, attempt, and the error code if any.
+fn print_units(units: &serde_json::Value) {
+    let Some(map) = units.as_object().filter(|m| !m.is_empty()) else {
+        return;
+    };
+    let width = map.keys().map(String::len).max().unwrap_or(0);
+    println!("units:");
+    for (name, unit) in map {
+        let status = unit.get("status").and_then(|v| v.as_str()).unwrap_or("?");
+        let mut line = format!("  {name:<width$}  {status:<10}");
+        if let Some(attempt) = unit.get("attempt").and_then(|v| v.as_u64()) {
+            line.push_str(&format!(" attempt={attempt}"));
+        }
+        if let Some(code) = unit
+            .get("error")
+            .and_then(|e| e.get("code"))
+            .and_then(|c| c.as_str())
+        {
+            line.push_str(&format!(" error={code}"));
+        }
+        if let Some(child) = unit.get("child_id").and_then(|v| v.as_str()) {
+            line.push_str(&format!(" child={child}"));
+        }
+        println!("{}", line.trim_end());
+    }
 }
