@@ -310,18 +310,43 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Executions matching `clause` with their histories: two queries in
+    /// all (rows, then every event of those rows in order), so recovery time
+    /// grows linearly with the data.
     async fn load_where(&self, clause: &str) -> Result<Vec<StoredExecution>, StorageError> {
+        // One read transaction: both queries see the same snapshot.
+        let mut tx = self.readers.begin().await.map_err(unavailable)?;
         let rows = sqlx::query(&format!(
             "SELECT {EXECUTION_COLUMNS} FROM executions {clause} ORDER BY created_at, id"
         ))
-        .fetch_all(&self.readers)
+        .fetch_all(&mut *tx)
         .await
         .map_err(unavailable)?;
         let mut out = Vec::with_capacity(rows.len());
+        let mut index = std::collections::HashMap::with_capacity(rows.len());
         for r in &rows {
             let row = execution_row(r)?;
-            let events = self.events_of(&row.id, 0, u32::MAX).await?;
-            out.push(StoredExecution { row, events });
+            index.insert(row.id.clone(), out.len());
+            out.push(StoredExecution {
+                row,
+                events: Vec::new(),
+            });
+        }
+        let events = sqlx::query(&format!(
+            "SELECT e.execution_id, e.body FROM events e JOIN executions x ON x.id = e.execution_id \
+             {} ORDER BY e.execution_id, e.seq",
+            clause.replace("status", "x.status")
+        ))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
+        for r in &events {
+            let id: String = r.try_get(0).map_err(unavailable)?;
+            if let Some(&i) = index.get(&id) {
+                let event: Event = decode(&r.try_get::<String, _>(1).map_err(unavailable)?)?;
+                out[i].events.push(event);
+            }
         }
         Ok(out)
     }
