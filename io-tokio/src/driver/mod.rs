@@ -105,6 +105,7 @@ impl Driver {
     /// Recovers the engine from `store` (definitions, executions, live
     /// idempotency records) and spawns the event loop.
     pub async fn start(store: Arc<dyn Storage>, options: Options) -> Result<Driver, StorageError> {
+        let started = std::time::Instant::now();
         let now = now_ms();
         let definitions = store
             .load_definitions()
@@ -134,7 +135,8 @@ impl Driver {
             .iter()
             .map(convert::idempotency_from_store)
             .collect();
-        tracing::info!(executions = executions.len(), "recovering");
+        let events: usize = executions.iter().map(|e| e.events.len()).sum();
+        let execution_count = executions.len();
         let mut engine = Engine::new(
             options.engine.clone(),
             Box::new(|| uuid::Uuid::new_v4().to_string()),
@@ -146,6 +148,12 @@ impl Driver {
                 executions,
                 idempotency,
             },
+        );
+        tracing::info!(
+            executions = execution_count,
+            events,
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "recovered"
         );
         let (commands, rx) = mpsc::unbounded_channel();
         let (committed, _) = broadcast::channel(1024);
