@@ -100,3 +100,9 @@ async fn locked_database_is_unavailable_applies_nothing_and_recovers() {
         .unwrap();
     assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn in_memory_database_is_refused() {
+    let r = SqliteStore::open(&SqliteOptions::new("sqlite::memory:")).await;
+    assert!(matches!(r, Err(StorageError::Unavailable(_))));
+}

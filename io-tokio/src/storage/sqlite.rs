@@ -20,7 +20,7 @@ use std::time::Duration;
 /// How to open a SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
-    /// `sqlite://path` (or `sqlite::memory:` is refused: recovery needs a file).
+    /// `sqlite://PATH` (in-memory databases are refused: recovery needs a file).
     pub url: String,
     /// How long a statement waits for a lock before failing.
     pub busy_timeout: Duration,
@@ -69,6 +69,11 @@ fn to_u64(v: i64) -> u64 {
 impl SqliteStore {
     /// Opens (creating if needed) the database and runs the migrations.
     pub async fn open(options: &SqliteOptions) -> Result<Self, StorageError> {
+        if options.url.contains(":memory:") || options.url.contains("mode=memory") {
+            return Err(StorageError::Unavailable(
+                "an in-memory SQLite database cannot be recovered; give a file path".into(),
+            ));
+        }
         let connect = SqliteConnectOptions::from_str(&options.url)
             .map_err(unavailable)?
             .create_if_missing(true)
