@@ -103,6 +103,7 @@ impl PostgresStore {
             .map_err(unavailable)?
             .application_name("orbit");
         let writer = pool_options(1, options.acquire_timeout)
+            .test_before_acquire(false)
             .connect_with(connect.clone())
             .await
             .map_err(unavailable)?;
@@ -124,10 +125,23 @@ impl PostgresStore {
     /// The writer connection's `synchronous_commit` setting, for operators
     /// and tests to check the durability setting.
     pub async fn synchronous_commit(&self) -> Result<String, StorageError> {
-        sqlx::query_scalar("SHOW synchronous_commit")
-            .fetch_one(&self.writer)
+        self.writer_setting("synchronous_commit").await
+    }
+
+    /// `SHOW name` on the writer connection (dropped if it fails, as the
+    /// writer pool does not test connections before use).
+    async fn writer_setting(&self, name: &str) -> Result<String, StorageError> {
+        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
+        match sqlx::query_scalar(&format!("SHOW {name}"))
+            .fetch_one(&mut *conn)
             .await
-            .map_err(unavailable)
+        {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                conn.detach();
+                Err(unavailable(e))
+            }
+        }
     }
 
     /// Checks every append against the locked rows, so a conflict names all
@@ -625,10 +639,12 @@ impl Storage for PostgresStore {
             return Ok(());
         }
         let mut conn = self.writer.acquire().await.map_err(unavailable)?;
-        sqlx::query("BEGIN")
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+        if let Err(e) = sqlx::query("BEGIN").execute(&mut *conn).await {
+            // The writer pool does not test connections before handing them
+            // out (a round trip per commit): a broken one is dropped here.
+            conn.detach();
+            return Err(unavailable(e));
+        }
         match Self::apply(&mut conn, tx).await {
             Ok(()) => match sqlx::query("COMMIT").execute(&mut *conn).await {
                 Ok(_) => Ok(()),
@@ -820,10 +836,7 @@ impl Storage for PostgresStore {
     async fn check_writable(&self) -> Result<(), StorageError> {
         // On the writer's own connection: a hot standby or a read-only
         // default would refuse every commit.
-        let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
-            .fetch_one(&self.writer)
-            .await
-            .map_err(unavailable)?;
+        let read_only = self.writer_setting("transaction_read_only").await?;
         if read_only == "on" {
             return Err(StorageError::Unavailable(
                 "the database is read-only (a standby, or default_transaction_read_only)".into(),
