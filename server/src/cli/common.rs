@@ -92,15 +92,18 @@ impl From<Error> for Failure {
 pub type Outcome = Result<u8, Failure>;
 
 impl ClientArgs {
-    /// A client for these options.
-    pub fn client(&self) -> Result<Client, Failure> {
-        // An empty `ORBIT_SERVER` means "not set".
-        let server = if self.server.trim().is_empty() {
+    /// The server URL (an empty `ORBIT_SERVER` means "not set").
+    pub fn server_url(&self) -> &str {
+        if self.server.trim().is_empty() {
             DEFAULT_SERVER
         } else {
             self.server.trim()
-        };
-        Ok(Client::connect(server)
+        }
+    }
+
+    /// A client for these options.
+    pub fn client(&self) -> Result<Client, Failure> {
+        Ok(Client::connect(self.server_url())
             .map_err(Failure::from)?
             .with_token(self.token.clone()))
     }

@@ -11,7 +11,7 @@ use orbit_core::history::logs::format_event;
 use orbit_core::history::Millis;
 
 use super::common::{execute, ClientArgs, Failure, Outcome, EXIT_OK};
-use crate::sdk::{Client, RecordedEvent};
+use crate::sdk::{Client, RecordedEvent, ReqwestTransport};
 
 /// `orbit logs` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -45,7 +45,16 @@ async fn logs(args: &Args) -> Outcome {
     if !args.follow {
         return Ok(EXIT_OK);
     }
+    // Follow with server-sent events; if the stream is unavailable or
+    // drops, read what was missed with a plain request and try again.
+    let mut streaming = true;
     while !printer.ended {
+        if streaming {
+            streaming = stream(args, &mut printer).await?;
+            if printer.ended {
+                break;
+            }
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
         let page = follow_page(&client, &args.id, printer.last_seq).await?;
         printer.print(&page)?;
@@ -55,6 +64,83 @@ async fn logs(args: &Args) -> Outcome {
 
 async fn follow_page(client: &Client, id: &str, after: u64) -> Result<Vec<RecordedEvent>, Failure> {
     Ok(client.history(id, after).await?.events)
+}
+
+/// Reads `GET …/history` as `text/event-stream` from the printer's last
+/// `seq`, printing each event, until the stream ends. Returns whether
+/// streaming worked (false: the server refused it or could not be reached,
+/// so the caller polls instead).
+async fn stream(args: &Args, printer: &mut Printer) -> Result<bool, Failure> {
+    let Ok(transport) = ReqwestTransport::new(args.client.server_url()) else {
+        return Ok(false);
+    };
+    let url = format!(
+        "{}/v1/executions/{}/history?after_seq={}",
+        transport.base_url(),
+        escape(&args.id),
+        printer.last_seq
+    );
+    let mut request = transport
+        .http_client()
+        .get(&url)
+        .header("accept", "text/event-stream");
+    if let Some(token) = args.client.token.as_deref().filter(|t| !t.is_empty()) {
+        request = request.bearer_auth(token);
+    }
+    let mut response = match request.send().await {
+        Ok(r) if r.status().is_success() => r,
+        _ => return Ok(false),
+    };
+    let is_sse = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !is_sse {
+        return Ok(false);
+    }
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut data = String::new();
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) | Err(_) => return Ok(true),
+        };
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if !data.is_empty() {
+                    if let Ok(event) = serde_json::from_str::<RecordedEvent>(&data) {
+                        printer.print(std::slice::from_ref(&event))?;
+                    }
+                    data.clear();
+                }
+                if printer.ended {
+                    return Ok(true);
+                }
+            } else if let Some(rest) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+            }
+        }
+    }
+}
+
+/// Percent-encodes an id for a URL path.
+fn escape(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Prints events as they come, remembering the origin of the offsets.

@@ -168,6 +168,12 @@ impl ReqwestTransport {
         })
     }
 
+    /// The underlying reqwest client (for calls the [`Transport`] trait does
+    /// not cover, such as streaming `text/event-stream`).
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     /// The base URL requests are sent to.
     pub fn base_url(&self) -> &str {
         &self.base
