@@ -342,7 +342,7 @@ impl World {
 
     fn step(&mut self, ev: Ev) {
         match ev {
-            Ev::ToServer { from, req, request } => self.to_server(from, req, request),
+            Ev::ToServer { from, req, request } => self.deliver_to_server(from, req, request),
             Ev::ToActor { to, req, response } => match to {
                 Actor::Worker(w) => self.worker_response(w, req, response),
                 Actor::Client(c) => self.client_response(c, req, response),
@@ -496,7 +496,7 @@ impl World {
         self.at(delay, Ev::Restart);
     }
 
-    fn to_server(&mut self, from: Actor, req: u64, request: Request) {
+    fn deliver_to_server(&mut self, from: Actor, req: u64, request: Request) {
         let Some(s) = self.server.as_mut() else {
             return; // connection refused: the caller times out
         };

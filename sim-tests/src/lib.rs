@@ -59,3 +59,22 @@ pub fn assert_seeds_pass(scenario: Scenario, seeds: &[u64]) {
     }
     panic!("{text}");
 }
+
+/// Runs seeds `0..max` of `scenario` with `bugs` planted and returns the
+/// first seed whose run fails, with its report (the "teeth" tests).
+pub fn first_catch(
+    scenario: Scenario,
+    bugs: orbit_io_sim::Bugs,
+    max: u64,
+) -> Option<(u64, Report)> {
+    (0..max).find_map(|seed| {
+        let report = orbit_io_sim::run_with(
+            orbit_io_sim::SimConfig::sample(seed, scenario),
+            orbit_io_sim::RunOptions {
+                bugs,
+                ..orbit_io_sim::RunOptions::default()
+            },
+        );
+        (report.outcome.exit_code() != 0).then_some((seed, report))
+    })
+}

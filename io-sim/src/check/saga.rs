@@ -94,10 +94,8 @@ pub fn check(id: &str, events: &[Event], wf: &ir::Workflow) -> Result<(), Violat
     };
     let expected: Vec<String> = successes.iter().rev().cloned().collect();
     match end {
-        EventKind::WorkflowCompleted { .. } => {
-            if planned.is_some() {
-                return Err(bad("a completed execution ran compensation".into()));
-            }
+        EventKind::WorkflowCompleted { .. } if planned.is_some() => {
+            return Err(bad("a completed execution ran compensation".into()));
         }
         EventKind::WorkflowFailed { .. } | EventKind::WorkflowCancelled {} => {
             let units = planned.as_ref().map(|(_, u)| u.clone()).unwrap_or_default();

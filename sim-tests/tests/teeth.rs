@@ -1,0 +1,79 @@
+//! Teeth: deliberately broken variants of the layer around the engine, and
+//! proof that the simulator catches each within a bounded number of seeds
+//! (`SEEDS_MAX`). A simulator that cannot fail is worthless.
+#![allow(clippy::unwrap_used)]
+
+use orbit_io_sim::check::Invariant;
+use orbit_io_sim::store::StoreBug;
+use orbit_io_sim::{Bugs, Scenario};
+use orbit_sim_tests::first_catch;
+
+/// Every planted bug must be caught within this many seeds.
+const SEEDS_MAX: u64 = 20;
+
+fn caught(scenario: Scenario, bugs: Bugs, expected: &[Invariant]) {
+    let Some((seed, report)) = first_catch(scenario, bugs, SEEDS_MAX) else {
+        panic!("{bugs:?} not caught in {SEEDS_MAX} seeds of {scenario}");
+    };
+    let got = report.outcome.violation().map(|v| v.invariant);
+    assert!(
+        got.is_some_and(|g| expected.contains(&g)),
+        "{bugs:?} caught at seed {seed:#x} as {got:?}, expected one of {expected:?}:\n{report}"
+    );
+}
+
+#[test]
+fn a_store_that_loses_a_committed_transaction_on_crash_is_caught() {
+    caught(
+        Scenario::CrashStorm,
+        Bugs {
+            store: StoreBug::LoseLastCommitOnCrash,
+            ..Bugs::default()
+        },
+        &[
+            Invariant::NoLostCommits,
+            Invariant::Determinism,
+            Invariant::OneWriter,
+        ],
+    );
+}
+
+#[test]
+fn acknowledging_a_result_before_its_commit_is_caught() {
+    caught(
+        Scenario::StorageFaults,
+        Bugs {
+            ack_before_commit: true,
+            ..Bugs::default()
+        },
+        &[Invariant::NoLostCommits],
+    );
+}
+
+#[test]
+fn deriving_the_key_from_the_attempt_number_is_caught() {
+    caught(
+        Scenario::CancelCompensation,
+        Bugs {
+            key_from_attempt: true,
+            ..Bugs::default()
+        },
+        &[Invariant::StableKeys],
+    );
+}
+
+#[test]
+fn telling_the_engine_a_failed_commit_succeeded_is_caught() {
+    caught(
+        Scenario::StorageFaults,
+        Bugs {
+            ignore_commit_failures: true,
+            ..Bugs::default()
+        },
+        &[
+            Invariant::NoLostCommits,
+            Invariant::Determinism,
+            Invariant::OneWriter,
+        ],
+    );
+}
