@@ -9,7 +9,7 @@ use super::types::{assignable, execution_type, join, optional, show, Misfit};
 use crate::diagnostic::Span;
 use crate::ir::{self, BinaryOp, ExprKind, Function, Type, UnaryOp};
 use crate::syntax::ast;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// What names mean where an expression is checked.
 pub(crate) struct Scope<'s> {
@@ -22,7 +22,7 @@ pub(crate) struct Scope<'s> {
     /// Inside a `compensate` block: the step's own name and the unit's output.
     pub own: Option<(String, Option<Type>)>,
     /// Inside a `compensate` block: the steps it may read.
-    pub allowed: Option<&'s BTreeSet<String>>,
+    pub allowed: Option<&'s dyn Fn(&str) -> bool>,
     /// The step whose expressions these are (reading it is a cycle).
     pub current: Option<String>,
     /// A `for` step's loop variable where it is not bound yet (the list
@@ -312,7 +312,7 @@ impl Checker<'_, '_> {
                 return None;
             }
             if let Some(allowed) = scope.allowed {
-                if !allowed.contains(name) {
+                if !allowed(name) {
                     let loc = self.loc(span);
                     self.rep.error_help(
                         "E0100",

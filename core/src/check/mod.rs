@@ -227,19 +227,7 @@ pub fn compile(
     }
 
     // Children before parents; workflows caught in (or behind) a cycle last.
-    let mut order: Vec<usize> = Vec::new();
-    let mut placed = vec![false; unique.len()];
-    loop {
-        let next = (0..unique.len()).find(|&i| !placed[i] && edges[i].iter().all(|&j| placed[j]));
-        match next {
-            Some(i) => {
-                placed[i] = true;
-                order.push(i);
-            }
-            None => break,
-        }
-    }
-    order.extend((0..unique.len()).filter(|&i| !placed[i]));
+    let order = graph::dependencies_first(&edges);
 
     let mut infos: BTreeMap<usize, ChildInfo> = BTreeMap::new();
     let mut definitions = Vec::new();

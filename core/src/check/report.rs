@@ -1,7 +1,7 @@
 //! Collecting diagnostics against the compile set's sources.
 
 use super::Source;
-use crate::diagnostic::{Diagnostic, Span};
+use crate::diagnostic::{Diagnostic, Label, LineIndex, Span};
 
 /// A location: file index into the compile set, and a span in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +13,7 @@ pub(crate) struct Loc {
 /// Builds diagnostics with line/column from the sources and collects them.
 pub(crate) struct Reporter<'a> {
     sources: &'a [Source],
+    lines: Vec<LineIndex>,
     pub diags: Vec<(usize, Diagnostic)>,
 }
 
@@ -20,6 +21,7 @@ impl<'a> Reporter<'a> {
     pub fn new(sources: &'a [Source]) -> Reporter<'a> {
         Reporter {
             sources,
+            lines: sources.iter().map(|s| LineIndex::new(&s.text)).collect(),
             diags: Vec::new(),
         }
     }
@@ -34,13 +36,27 @@ impl<'a> Reporter<'a> {
     /// A diagnostic at `loc` (not yet reported).
     pub fn make(&self, code: &str, message: impl Into<String>, loc: Loc) -> Diagnostic {
         let (name, text) = self.name_text(loc.file);
-        Diagnostic::new(code, message, name, text, loc.span)
+        match self.lines.get(loc.file) {
+            Some(lines) => Diagnostic::indexed(code, message, name, text, lines, loc.span),
+            None => Diagnostic::new(code, message, name, text, loc.span),
+        }
     }
 
     /// Adds a secondary label at `loc`.
-    pub fn label(&self, d: Diagnostic, loc: Loc, message: impl Into<String>) -> Diagnostic {
+    pub fn label(&self, mut d: Diagnostic, loc: Loc, message: impl Into<String>) -> Diagnostic {
         let (name, text) = self.name_text(loc.file);
-        d.with_label(name, text, loc.span, message)
+        let Some(lines) = self.lines.get(loc.file) else {
+            return d.with_label(name, text, loc.span, message);
+        };
+        let (line, col) = lines.line_col(text, loc.span.start);
+        d.labels.push(Label {
+            file: name.to_string(),
+            span: loc.span,
+            line,
+            col,
+            message: message.into(),
+        });
+        d
     }
 
     /// Records a finished diagnostic that belongs to file `file`.

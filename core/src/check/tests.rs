@@ -472,6 +472,37 @@ fn deep_types_and_definitions_are_refused_with_e0012() {
     .is_empty());
 }
 
+#[test]
+fn large_workflows_check_quickly() {
+    // 2,000 steps in one chain, each compensated and reading the step before
+    // it and the first step, plus 2,000 lexical errors in another file.
+    let mut body = String::from(
+        "workflow Big version \"1.0.0\" {\n step s0 { worker \"t.get\" with { id: \"x\" } }\n",
+    );
+    for i in 1..2_000 {
+        body.push_str(&format!(
+            " step s{i} {{ worker \"t.get\" with {{ id: s{}.name }} compensate {{ worker \"t.key\" with {{ key: s{i}.name + s0.name }} }} }}\n",
+            i - 1
+        ));
+    }
+    body.push_str("}\n");
+    let compiled = run(&body);
+    assert!(compiled.is_ok(), "{:?}", compiled.diagnostics.first());
+    assert_eq!(compiled.definitions[0].workflow.steps.len(), 2_000);
+    let noise = "#".repeat(2_000);
+    let compiled = compile(
+        &[Source {
+            name: "n.orbit".into(),
+            text: noise,
+        }],
+        &|_, _| None,
+    );
+    assert_eq!(
+        compiled.diagnostics.len(),
+        crate::syntax::MAX_LEXICAL_ERRORS
+    );
+}
+
 mod robustness {
     use super::super::*;
     use proptest::prelude::*;

@@ -477,7 +477,6 @@ pub(crate) fn check(
         ctx.rep.push(file, d);
         ok = false;
     }
-    let reach = graph::reachability(&edges);
 
     // ----- compensate blocks -----
     let mut compensations: Vec<Option<Option<ir::Compensation>>> = Vec::new();
@@ -490,10 +489,12 @@ pub(crate) fn check(
             compensations.push(None);
             continue;
         }
-        let allowed: BTreeSet<String> = reach[i]
-            .iter()
-            .map(|&j| plans[j].decl.name.name.clone())
-            .collect();
+        // The steps this one depends on, directly or not.
+        let allowed = |name: &str| {
+            index
+                .get(name)
+                .is_some_and(|&j| graph::reaches(&edges, i, j))
+        };
         let loop_var = match (plan.for_each, &bodies[i].for_each) {
             (Some((var, _)), Some(fe)) => Some((
                 var.name.clone(),

@@ -99,6 +99,29 @@ impl Diagnostic {
         }
     }
 
+    /// Like [`Diagnostic::new`], with the line/column looked up in `lines`
+    /// (the [`LineIndex`] of `text`).
+    pub fn indexed(
+        code: &str,
+        message: impl Into<String>,
+        file: &str,
+        text: &str,
+        lines: &LineIndex,
+        span: Span,
+    ) -> Diagnostic {
+        let (line, col) = lines.line_col(text, span.start);
+        Diagnostic {
+            code: code.to_string(),
+            message: message.into(),
+            file: file.to_string(),
+            span,
+            line,
+            col,
+            labels: Vec::new(),
+            help: None,
+        }
+    }
+
     /// Adds a secondary label at `span` of `file` (whose text is `text`).
     pub fn with_label(
         mut self,
@@ -122,6 +145,37 @@ impl Diagnostic {
     pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
         self.help = Some(help.into());
         self
+    }
+}
+
+/// Where the lines of a text start, for (line, column) lookups in
+/// logarithmic time (diagnostics of a big file do not rescan it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    /// Indexes `text`.
+    pub fn new(text: &str) -> LineIndex {
+        let starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        LineIndex { starts }
+    }
+
+    /// 1-based (line, column) of byte offset `at` in `text` (the text this
+    /// index was built from); the column counts characters.
+    pub fn line_col(&self, text: &str, at: usize) -> (usize, usize) {
+        let at = at.min(text.len());
+        let line = self.starts.partition_point(|&s| s <= at).max(1);
+        let start = self.starts.get(line - 1).copied().unwrap_or(0).min(at);
+        let col = text
+            .get(start..at)
+            .map(|s| s.chars().count())
+            .unwrap_or(at - start)
+            + 1;
+        (line, col)
     }
 }
 
@@ -205,4 +259,19 @@ pub fn render(diagnostics: &[Diagnostic], sources: &[(&str, &str)]) -> String {
 /// `422 COMPILE_ERROR`).
 pub fn to_json(diagnostics: &[Diagnostic]) -> serde_json::Value {
     serde_json::to_value(diagnostics).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_index_agrees_with_scanning() {
+        let text = "ab\nçé🚀x\n\n  z\r\nlast";
+        let index = LineIndex::new(text);
+        for at in (0..=text.len() + 3).filter(|i| *i > text.len() || text.is_char_boundary(*i)) {
+            assert_eq!(index.line_col(text, at), line_col(text, at), "offset {at}");
+        }
+        assert_eq!(index.line_col(text, 7), (2, 3));
+    }
 }

@@ -2,7 +2,10 @@
 //! literal is reported (E0001..E0004) and lexing continues after it.
 
 use super::token::{Token, TokenKind};
-use crate::diagnostic::{Diagnostic, Span};
+use crate::diagnostic::{Diagnostic, LineIndex, Span};
+
+/// Lexical errors reported per file; past this many the rest are noise.
+pub const MAX_LEXICAL_ERRORS: usize = 100;
 
 /// Splits `text` (of file `file`) into tokens, ending with [`TokenKind::Eof`].
 pub fn lex(file: &str, text: &str) -> (Vec<Token>, Vec<Diagnostic>) {
@@ -14,6 +17,7 @@ pub fn lex(file: &str, text: &str) -> (Vec<Token>, Vec<Diagnostic>) {
         line_start: true,
         tokens: Vec::new(),
         errors: Vec::new(),
+        lines: LineIndex::new(text),
     };
     lexer.run();
     (lexer.tokens, lexer.errors)
@@ -27,6 +31,7 @@ struct Lexer<'a> {
     line_start: bool,
     tokens: Vec<Token>,
     errors: Vec<Diagnostic>,
+    lines: LineIndex,
 }
 
 impl Lexer<'_> {
@@ -35,8 +40,14 @@ impl Lexer<'_> {
     }
 
     fn error(&mut self, code: &str, message: String, span: Span) {
-        self.errors
-            .push(Diagnostic::new(code, message, self.file, self.text, span));
+        let d = Diagnostic::indexed(code, message, self.file, self.text, &self.lines, span);
+        self.report(d);
+    }
+
+    fn report(&mut self, d: Diagnostic) {
+        if self.errors.len() < MAX_LEXICAL_ERRORS {
+            self.errors.push(d);
+        }
     }
 
     fn push(&mut self, kind: TokenKind, start: usize) {
@@ -288,16 +299,16 @@ impl Lexer<'_> {
         match kind {
             Some(kind) => self.push(kind, start),
             None => {
-                self.errors.push(
-                    Diagnostic::new(
+                let d = Diagnostic::indexed(
                         "E0003",
                         format!("malformed number or duration literal `{literal}`"),
                         self.file,
                         self.text,
+                        &self.lines,
                         span,
                     )
-                    .with_help("integers are digits (`42`), floats have a fraction or exponent (`2.5`, `1e3`), durations are an integer with a unit: `250ms`, `10s`, `5m`, `2h`, `1d`"),
-                );
+                    .with_help("integers are digits (`42`), floats have a fraction or exponent (`2.5`, `1e3`), durations are an integer with a unit: `250ms`, `10s`, `5m`, `2h`, `1d`");
+                self.report(d);
                 self.push(TokenKind::Invalid, start);
             }
         }

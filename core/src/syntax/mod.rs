@@ -9,7 +9,7 @@ mod lexer;
 mod parser;
 pub mod token;
 
-pub use lexer::lex;
+pub use lexer::{lex, MAX_LEXICAL_ERRORS};
 pub use parser::parse;
 
 #[cfg(test)]

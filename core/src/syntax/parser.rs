@@ -6,7 +6,7 @@
 use super::ast::*;
 use super::lexer::lex;
 use super::token::{Token, TokenKind};
-use crate::diagnostic::{Diagnostic, Span};
+use crate::diagnostic::{Diagnostic, LineIndex, Span};
 use crate::ir::{BinaryOp, UnaryOp};
 
 /// Parses file `file` whose text is `text`. Returns the tree (with the parts
@@ -52,6 +52,7 @@ pub fn parse(file: &str, text: &str) -> (File, Vec<Diagnostic>) {
         eof_reported,
         recoveries: 0,
         nest: 0,
+        lines: LineIndex::new(text),
     };
     let tree = parser.file();
     (tree, parser.errors)
@@ -74,6 +75,8 @@ struct Parser<'a> {
     recoveries: usize,
     /// Current nesting of recursive expression/type parsing.
     nest: usize,
+    /// Line starts of `text`.
+    lines: LineIndex,
 }
 
 /// Deepest expression tree accepted. Bounds the recursion of the parser,
@@ -165,22 +168,24 @@ impl Parser<'_> {
             if !self.eof_reported {
                 self.eof_reported = true;
                 let span = self.span();
-                self.errors.push(Diagnostic::new(
+                self.errors.push(Diagnostic::indexed(
                     "E0011",
                     format!("unexpected end of file: expected {expected}"),
                     self.file,
                     self.text,
+                    &self.lines,
                     span,
                 ));
             }
         } else {
             let found = self.kind().describe();
             let span = self.span();
-            self.errors.push(Diagnostic::new(
+            self.errors.push(Diagnostic::indexed(
                 "E0010",
                 format!("unexpected token: expected {expected}, found {found}"),
                 self.file,
                 self.text,
+                &self.lines,
                 span,
             ));
         }
@@ -266,11 +271,12 @@ impl Parser<'_> {
             self.eof_reported = true;
             let span = self.span();
             self.errors.push(
-                Diagnostic::new(
+                Diagnostic::indexed(
                     "E0011",
                     "unexpected end of file: expected `}`",
                     self.file,
                     self.text,
+                    &self.lines,
                     span,
                 )
                 .with_label(self.file, self.text, open, "this `{` is never closed"),
@@ -498,11 +504,12 @@ impl Parser<'_> {
     fn enter(&mut self, max: usize, what: &str) -> PResult<()> {
         if self.nest >= max {
             let span = self.span();
-            self.errors.push(Diagnostic::new(
+            self.errors.push(Diagnostic::indexed(
                 "E0012",
                 format!("nested too deeply: {what} nested more than {max} levels deep"),
                 self.file,
                 self.text,
+                &self.lines,
                 span,
             ));
             return Err(Fail);
@@ -514,13 +521,14 @@ impl Parser<'_> {
     /// Checks a freshly built expression against [`MAX_EXPR_DEPTH`].
     fn bounded(&mut self, e: Expr) -> PResult<Expr> {
         if depth(&e) > MAX_EXPR_DEPTH {
-            self.errors.push(Diagnostic::new(
+            self.errors.push(Diagnostic::indexed(
                 "E0012",
                 format!(
                     "nested too deeply: expression nested more than {MAX_EXPR_DEPTH} levels deep"
                 ),
                 self.file,
                 self.text,
+                &self.lines,
                 e.span,
             ));
             return Err(Fail);
