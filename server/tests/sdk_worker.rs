@@ -396,7 +396,7 @@ async fn max_tasks_bounds_concurrency_and_polls_ask_only_for_free_slots() {
             async move {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(30)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
                 running.fetch_sub(1, Ordering::SeqCst);
                 Ok(json!(null))
             }
