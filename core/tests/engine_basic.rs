@@ -60,7 +60,10 @@ fn retry_then_success() {
         ",
     );
     assert_eq!(w.status("p-1"), "completed");
-    assert_eq!(w.engine.projection("p-1").unwrap().output, Some(json!({"v": 7})));
+    assert_eq!(
+        w.engine.projection("p-1").unwrap().output,
+        Some(json!({"v": 7}))
+    );
 }
 
 const ORDER: &str = r#"
@@ -140,8 +143,14 @@ fn fan_out_with_custom_keys_keeps_index_order() {
     w.at(5);
     let a = w.take(&inv1);
     let b = w.take(&inv2);
-    assert_eq!((a.step_id.as_str(), a.idempotency_key.as_str()), ("reserve[0]", "o-7/A"));
-    assert_eq!((b.step_id.as_str(), b.idempotency_key.as_str()), ("reserve[1]", "o-7/B"));
+    assert_eq!(
+        (a.step_id.as_str(), a.idempotency_key.as_str()),
+        ("reserve[0]", "o-7/A")
+    );
+    assert_eq!(
+        (b.step_id.as_str(), b.idempotency_key.as_str()),
+        ("reserve[1]", "o-7/B")
+    );
     w.at(20);
     w.succeed(&b.token, json!({"reservation_id": "rb"}));
     w.at(25);
@@ -182,7 +191,10 @@ fn empty_fan_out_succeeds_at_once() {
         + 0ms #4 WorkflowCompleted
         ",
     );
-    assert_eq!(w.engine.projection("r-0").unwrap().output, Some(json!({"ids": []})));
+    assert_eq!(
+        w.engine.projection("r-0").unwrap().output,
+        Some(json!({"ids": []}))
+    );
 }
 
 #[test]
@@ -211,12 +223,18 @@ fn failure_compensates_newest_success_first() {
     assert_eq!(t.attempt, 2);
     w.fail(&t.token, "NO_TRUCK", true);
     let t = w.take(&pay);
-    assert_eq!((t.step_id.as_str(), t.idempotency_key.as_str()), ("compensate:charge", "refund-tx-91"));
+    assert_eq!(
+        (t.step_id.as_str(), t.idempotency_key.as_str()),
+        ("compensate:charge", "refund-tx-91")
+    );
     assert_eq!(t.input, json!({"transaction_id": "tx-91"}));
     assert!(w.poll(&inv, 1).is_empty(), "one compensation at a time");
     w.succeed(&t.token, json!({}));
     let t = w.take(&inv);
-    assert_eq!((t.step_id.as_str(), t.idempotency_key.as_str()), ("compensate:reserve", "o-7/compensate:reserve"));
+    assert_eq!(
+        (t.step_id.as_str(), t.idempotency_key.as_str()),
+        ("compensate:reserve", "o-7/compensate:reserve")
+    );
     w.succeed(&t.token, json!({}));
     assert_logs(
         &w.logs("o-7"),
@@ -291,7 +309,10 @@ fn cancel_with_step_in_flight_counts_late_success_and_compensates() {
         idempotency: None,
     });
     assert_eq!(r.status, 202);
-    assert_eq!(w.heartbeat(&pay, &[&charge.token]), vec![charge.token.clone()]);
+    assert_eq!(
+        w.heartbeat(&pay, &[&charge.token]),
+        vec![charge.token.clone()]
+    );
     let twice = w.call(orbit_core::Request::Cancel {
         execution_id: "o-8".into(),
         reason: Some("again".into()),
@@ -299,7 +320,10 @@ fn cancel_with_step_in_flight_counts_late_success_and_compensates() {
     });
     assert_eq!(twice.status, 202, "cancelling twice is a no-op");
     w.at(60);
-    assert_eq!(w.succeed(&charge.token, json!({"transaction_id": "tx-1"})), accepted());
+    assert_eq!(
+        w.succeed(&charge.token, json!({"transaction_id": "tx-1"})),
+        accepted()
+    );
     let t = w.take(&pay);
     assert_eq!(t.step_id, "compensate:charge");
     w.at(70);
@@ -355,7 +379,11 @@ fn cancel_withdraws_a_queued_first_delivery() {
         reason: None,
         idempotency: None,
     });
-    assert_eq!(twice.error_code(), Some("EXECUTION_FINISHED"), "it ended at once");
+    assert_eq!(
+        twice.error_code(),
+        Some("EXECUTION_FINISHED"),
+        "it ended at once"
+    );
     assert_logs(
         &w.logs("o-9"),
         "
@@ -406,7 +434,10 @@ fn early_signal_is_buffered_and_sleep_never_fires_early() {
         + 1.0s #7 WorkflowCompleted
         ",
     );
-    assert_eq!(w.engine.projection("n-1").unwrap().output, Some(json!({"ok": {"by": "ann"}})));
+    assert_eq!(
+        w.engine.projection("n-1").unwrap().output,
+        Some(json!({"ok": {"by": "ann"}}))
+    );
     let late = w.call(orbit_core::Request::Signal {
         execution_id: "n-1".into(),
         name: "approve".into(),

@@ -49,7 +49,7 @@ pub fn execution_view(p: &Projection) -> Value {
         "definition_hash": p.definition_hash,
         "parent": p.parent,
         "status": p.status.as_str(),
-        "input": p.input,
+        "input": *p.input,
         "output": p.output,
         "error": p.error,
         "created_at": rfc3339(p.created_at),

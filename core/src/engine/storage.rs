@@ -189,13 +189,21 @@ impl Engine {
         if self.orphans_of(exec_id) {
             return;
         }
+        let decision = self.committed_decision(exec_id);
+        if decision.as_ref().is_none_or(|d| {
+            d.events.is_empty() && d.start_children.is_empty() && d.cancel_children.is_empty()
+        }) {
+            let wake = decision.and_then(|d| d.wake);
+            self.set_wake(exec_id, wake);
+            return;
+        }
         let mut txn = Txn::default();
         if !self.draft(&mut txn, exec_id) {
             return;
         }
         self.settle(&mut txn, exec_id);
         if txn.is_empty() {
-            let wake = self.committed_wake(exec_id);
+            let wake = self.committed_decision(exec_id).and_then(|d| d.wake);
             self.set_wake(exec_id, wake);
         } else {
             self.set_wake(exec_id, None);

@@ -151,8 +151,8 @@ impl Engine {
         }
     }
 
-    /// The decider's next due time for the committed state of `exec_id`.
-    pub(super) fn committed_wake(&self, exec_id: &str) -> Option<Millis> {
+    /// What the decider proposes for the committed state of `exec_id`.
+    pub(super) fn committed_decision(&self, exec_id: &str) -> Option<decide::Decision> {
         let e = self.executions.get(exec_id)?;
         let execs = &self.executions;
         let children = |cid: &str| execs.get(cid).map(|c| child_view(&c.proj));
@@ -161,7 +161,7 @@ impl Engine {
             now: self.now,
             children: &children,
         };
-        decide::decide(&cx, &e.proj).wake
+        Some(decide::decide(&cx, &e.proj))
     }
 
     /// Records when `exec_id` next needs the decider.

@@ -310,7 +310,7 @@ pub(crate) fn summary(p: &Projection) -> Summary {
         definition_hash: p.definition_hash.clone(),
         parent: p.parent.clone(),
         status: p.status,
-        input: p.input.clone(),
+        input: (*p.input).clone(),
         output: p.output.clone(),
         error: p.error.clone(),
         created_at: p.created_at,

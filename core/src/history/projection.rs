@@ -2,11 +2,17 @@
 //! is the only way state changes, so replaying a history from scratch and
 //! applying events one by one as they commit give the same value (a
 //! property test holds them equal).
+//!
+//! The large collections are persistent (structurally shared) maps, so the
+//! engine can clone a projection into a batch draft in constant time
+//! whatever the history length or fan-out width.
 
 use super::event::{CompensationReason, ErrorInfo, Event, EventKind, Millis, WorkflowError};
 use super::status::Status;
 use super::unit::{Dispatch, DispatchState, Unit, UnitName, UnitState};
-use std::collections::{BTreeMap, BTreeSet};
+use imbl::{OrdMap, OrdSet, Vector};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A requested cancellation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,8 +46,9 @@ pub struct Compensation {
 /// The folded state of one step.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StepState {
-    /// `StepFanOut` items.
-    pub items: Option<Vec<serde_json::Value>>,
+    /// `StepFanOut` items (shared: cloning a projection must not copy
+    /// a wide fan-out's list).
+    pub items: Option<Arc<Vec<serde_json::Value>>>,
     /// `StepSkipped`.
     pub skipped: bool,
     /// `TimerStarted` fire time.
@@ -74,8 +81,8 @@ pub struct Projection {
     pub version: String,
     /// Pinned definition hash.
     pub definition_hash: String,
-    /// The input.
-    pub input: serde_json::Value,
+    /// The input (shared: cloning a projection must not copy it).
+    pub input: Arc<serde_json::Value>,
     /// Parent execution id.
     pub parent: Option<String>,
     /// Current status (`Pending` before `WorkflowCreated` too).
@@ -93,11 +100,11 @@ pub struct Projection {
     /// The first permanent failure (not recorded after a cancellation).
     pub failure: Option<Failure>,
     /// Per step, by name.
-    pub steps: BTreeMap<String, StepState>,
+    pub steps: OrdMap<String, StepState>,
     /// Per unit, by unit name.
-    pub units: BTreeMap<String, Unit>,
+    pub units: OrdMap<String, Unit>,
     /// Non-compensation units in the order they succeeded.
-    pub successes: Vec<String>,
+    pub successes: Vector<String>,
     /// Unconsumed signals by name: seq -> payload.
     pub signals: BTreeMap<String, BTreeMap<u64, serde_json::Value>>,
     /// Compensation, once started.
@@ -107,9 +114,72 @@ pub struct Projection {
     /// The error, once failed.
     pub error: Option<WorkflowError>,
     /// Every token ever issued: token -> unit.
-    pub tokens: BTreeMap<String, String>,
-    /// Units not yet resolved (for cheap scans).
-    pub open_units: BTreeSet<String>,
+    pub tokens: OrdMap<String, String>,
+    /// Units not yet resolved.
+    pub open_units: OrdSet<String>,
+    /// Unresolved units by state, ordered by the time their state's clock
+    /// started, so the decider visits only what can be due.
+    pub index: UnitIndex,
+}
+
+/// Unresolved units grouped by state (time-ordered where time matters).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UnitIndex {
+    /// `(retry_at, unit)` of units waiting for a retry.
+    pub retrying: OrdSet<(Millis, String)>,
+    /// `(dispatched at, unit)` of units with a delivery in flight.
+    pub in_flight: OrdSet<(Millis, String)>,
+    /// `(first scheduled at, unit)` of queued units never dispatched (first
+    /// deliveries: what `queue_timeout` applies to).
+    pub undelivered: OrdSet<(Millis, String)>,
+    /// Units with a running child execution.
+    pub children: OrdSet<String>,
+    /// Units between an outcome and their next event.
+    pub idle: OrdSet<String>,
+}
+
+impl UnitIndex {
+    fn entry(&mut self, name: &str, u: &Unit, add: bool) {
+        let name = name.to_string();
+        macro_rules! put {
+            ($set:expr, $key:expr) => {
+                if add {
+                    $set.insert($key);
+                } else {
+                    $set.remove(&$key);
+                }
+            };
+        }
+        match &u.state {
+            UnitState::Retrying { retry_at } => put!(self.retrying, (*retry_at, name)),
+            UnitState::InFlight { .. } => {
+                let at = u.current_dispatch().map_or(0, |(_, d)| d.at);
+                put!(self.in_flight, (at, name))
+            }
+            UnitState::Queued { .. } if !u.dispatched && !u.redelivery => {
+                put!(self.undelivered, (u.first_scheduled_at, name))
+            }
+            UnitState::Child { .. } => put!(self.children, name),
+            UnitState::Idle => put!(self.idle, name),
+            _ => {}
+        }
+    }
+}
+
+/// The unit an event changes, if any.
+fn unit_of(kind: &EventKind) -> Option<&str> {
+    match kind {
+        EventKind::StepScheduled { step, .. }
+        | EventKind::StepDispatched { step, .. }
+        | EventKind::StepAttemptUncertain { step, .. }
+        | EventKind::StepSucceeded { step, .. }
+        | EventKind::StepAttemptFailed { step, .. }
+        | EventKind::StepFailed { step, .. }
+        | EventKind::ChildStarted { step, .. }
+        | EventKind::ChildCompleted { step, .. }
+        | EventKind::ChildFailed { step, .. } => Some(step),
+        _ => None,
+    }
 }
 
 impl Projection {
@@ -209,7 +279,7 @@ impl Projection {
         if succeeded {
             s.units_succeeded += 1;
             s.progress_at = s.progress_at.max(at);
-            self.successes.push(unit.to_string());
+            self.successes.push_back(unit.to_string());
         }
     }
 
@@ -221,6 +291,24 @@ impl Projection {
         }
         self.last_seq = event.seq;
         self.updated_at = at;
+        let unit = unit_of(&event.kind);
+        if let Some(name) = unit {
+            if let Some(u) = self.units.get(name) {
+                self.index.entry(name, u, false);
+            }
+        }
+        self.apply_kind(event);
+        if let Some(name) = unit {
+            if let Some(u) = self.units.get(name) {
+                if !u.is_resolved() {
+                    self.index.entry(name, u, true);
+                }
+            }
+        }
+    }
+
+    fn apply_kind(&mut self, event: &Event) {
+        let at = event.at;
         match &event.kind {
             EventKind::WorkflowCreated {
                 workflow,
@@ -232,7 +320,7 @@ impl Projection {
                 self.workflow = workflow.clone();
                 self.version = version.clone();
                 self.definition_hash = definition_hash.clone();
-                self.input = input.clone();
+                self.input = Arc::new(input.clone());
                 self.parent = parent.clone();
                 self.status = Status::Pending;
             }
@@ -242,7 +330,7 @@ impl Projection {
             }
             EventKind::StepFanOut { step, items } => {
                 let s = self.step_mut(step);
-                s.items = Some(items.clone());
+                s.items = Some(Arc::new(items.clone()));
                 s.progress_at = s.progress_at.max(at);
             }
             EventKind::StepScheduled {

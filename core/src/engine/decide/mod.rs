@@ -119,104 +119,160 @@ pub fn decide(cx: &Context, p: &Projection) -> Decision {
     d
 }
 
-/// Time checks and reconciliation of every unresolved unit; returns true
-/// while some original unit's outcome is still to be learned.
+/// Time checks and reconciliation of unresolved units; returns true while
+/// some original unit's outcome is still to be learned (computed only when
+/// winding down). While running normally, only units that can be due are
+/// visited, in time order, so the cost does not grow with fan-out width.
 fn open_units(cx: &Context, p: &Projection, winding: bool, d: &mut Decision) -> bool {
+    if winding {
+        let mut busy = false;
+        for name in &p.open_units {
+            busy |= visit(cx, p, name, true, d);
+        }
+        return busy;
+    }
+    let now = cx.now;
+    let idx = &p.index;
+    for (t, name) in &idx.retrying {
+        if *t > now {
+            d.wake_at(*t);
+            break;
+        }
+        visit(cx, p, name, false, d);
+    }
+    let (timeouts, queue_timeouts): (Vec<u64>, Vec<u64>) = {
+        let calls = cx.workflow.steps.iter().flat_map(|s| {
+            let own = match &s.kind {
+                StepKind::Task(c) => Some(c),
+                _ => None,
+            };
+            own.into_iter()
+                .chain(s.compensate.as_ref().map(|c| &c.call))
+        });
+        let mut t = Vec::new();
+        let mut q = Vec::new();
+        for c in calls {
+            t.extend(c.timeout_ms);
+            q.extend(c.queue_timeout_ms);
+        }
+        (t, q)
+    };
+    let scan = |set: &imbl::OrdSet<(Millis, String)>, min: Option<u64>, d: &mut Decision| {
+        let Some(min) = min else { return };
+        for (at, name) in set {
+            let earliest = at + min;
+            if earliest > now && d.wake.is_some_and(|w| earliest >= w) {
+                break;
+            }
+            visit(cx, p, name, false, d);
+        }
+    };
+    scan(&idx.in_flight, timeouts.iter().copied().min(), d);
+    scan(&idx.undelivered, queue_timeouts.iter().copied().min(), d);
+    for name in idx.children.iter().chain(idx.idle.iter()) {
+        visit(cx, p, name, false, d);
+    }
+    false
+}
+
+/// Time checks and reconciliation of one unresolved unit; true while its
+/// outcome is still to be learned.
+fn visit(cx: &Context, p: &Projection, name: &String, winding: bool, d: &mut Decision) -> bool {
     let now = cx.now;
     let mut busy = false;
-    for name in &p.open_units {
-        let Some(u) = p.units.get(name) else { continue };
-        let cancelling = winding && !u.name.compensation;
-        let call = call_for(cx.workflow, &u.name);
-        match &u.state {
-            UnitState::Retrying { retry_at } => {
-                if cancelling {
-                    d.events.push(cancelled(name));
-                } else if now >= *retry_at {
-                    d.events.push(EventKind::StepScheduled {
-                        step: name.clone(),
-                        attempt: u.attempt + 1,
-                        redelivery: false,
-                        input: u.input.clone(),
-                        idempotency_key: u.idempotency_key.clone(),
-                        task: u.task.clone(),
-                        contract_version: u.contract_version.clone(),
-                    });
-                } else {
-                    d.wake_at(*retry_at);
-                }
+    let Some(u) = p.units.get(name) else {
+        return false;
+    };
+    let cancelling = winding && !u.name.compensation;
+    let call = call_for(cx.workflow, &u.name);
+    match &u.state {
+        UnitState::Retrying { retry_at } => {
+            if cancelling {
+                d.events.push(cancelled(name));
+            } else if now >= *retry_at {
+                d.events.push(EventKind::StepScheduled {
+                    step: name.clone(),
+                    attempt: u.attempt + 1,
+                    redelivery: false,
+                    input: u.input.clone(),
+                    idempotency_key: u.idempotency_key.clone(),
+                    task: u.task.clone(),
+                    contract_version: u.contract_version.clone(),
+                });
+            } else {
+                d.wake_at(*retry_at);
             }
-            UnitState::Queued { .. } => {
-                if u.redelivery {
-                    busy |= !u.name.compensation;
-                } else if cancelling {
-                    d.events.push(cancelled(name));
-                } else if let Some(qt) = call.and_then(|c| c.queue_timeout_ms) {
-                    if !u.dispatched {
-                        let due = u.first_scheduled_at + qt;
-                        if now >= due {
-                            d.events.push(EventKind::StepFailed {
-                                step: name.clone(),
-                                error: error(
-                                    "QUEUE_TIMEOUT",
-                                    format!("no worker took the task within {qt}ms"),
-                                    false,
-                                ),
-                            });
-                        } else {
-                            d.wake_at(due);
-                        }
-                    }
-                }
-            }
-            UnitState::InFlight { .. } => {
+        }
+        UnitState::Queued { .. } => {
+            if u.redelivery {
                 busy |= !u.name.compensation;
-                let (Some((_, dispatch)), Some(call)) = (u.current_dispatch(), call) else {
-                    continue;
-                };
-                if let Some(t) = call.timeout_ms {
-                    let due = dispatch.at + t;
+            } else if cancelling {
+                d.events.push(cancelled(name));
+            } else if let Some(qt) = call.and_then(|c| c.queue_timeout_ms) {
+                if !u.dispatched {
+                    let due = u.first_scheduled_at + qt;
                     if now >= due {
-                        let err = error(
-                            "ATTEMPT_TIMEOUT",
-                            format!("attempt {} timed out after {t}ms", u.attempt),
-                            true,
-                        );
-                        d.events
-                            .extend(attempt_failed(name, u, &call.retry, err, now, cancelling));
+                        d.events.push(EventKind::StepFailed {
+                            step: name.clone(),
+                            error: error(
+                                "QUEUE_TIMEOUT",
+                                format!("no worker took the task within {qt}ms"),
+                                false,
+                            ),
+                        });
                     } else {
                         d.wake_at(due);
                     }
                 }
             }
-            UnitState::Child { child_id } => {
-                busy = true;
-                match (cx.children)(child_id) {
-                    Some(v) if v.status.is_terminal() => {
-                        d.events.push(child_resolution(name, child_id, &v))
-                    }
-                    Some(v) if cancelling && !v.cancel_requested => {
-                        d.cancel_children.push(child_id.clone())
-                    }
-                    _ => {}
-                }
-            }
-            UnitState::Idle => {
-                if u.redelivery {
-                    busy |= !u.name.compensation;
-                    d.events.push(EventKind::StepScheduled {
-                        step: name.clone(),
-                        attempt: u.attempt,
-                        redelivery: true,
-                        input: u.input.clone(),
-                        idempotency_key: u.idempotency_key.clone(),
-                        task: u.task.clone(),
-                        contract_version: u.contract_version.clone(),
-                    });
-                }
-            }
-            UnitState::Succeeded { .. } | UnitState::Failed { .. } => {}
         }
+        UnitState::InFlight { .. } => {
+            busy |= !u.name.compensation;
+            let (Some((_, dispatch)), Some(call)) = (u.current_dispatch(), call) else {
+                return busy;
+            };
+            if let Some(t) = call.timeout_ms {
+                let due = dispatch.at + t;
+                if now >= due {
+                    let err = error(
+                        "ATTEMPT_TIMEOUT",
+                        format!("attempt {} timed out after {t}ms", u.attempt),
+                        true,
+                    );
+                    d.events
+                        .extend(attempt_failed(name, u, &call.retry, err, now, cancelling));
+                } else {
+                    d.wake_at(due);
+                }
+            }
+        }
+        UnitState::Child { child_id } => {
+            busy = true;
+            match (cx.children)(child_id) {
+                Some(v) if v.status.is_terminal() => {
+                    d.events.push(child_resolution(name, child_id, &v))
+                }
+                Some(v) if cancelling && !v.cancel_requested => {
+                    d.cancel_children.push(child_id.clone())
+                }
+                _ => {}
+            }
+        }
+        UnitState::Idle => {
+            if u.redelivery {
+                busy |= !u.name.compensation;
+                d.events.push(EventKind::StepScheduled {
+                    step: name.clone(),
+                    attempt: u.attempt,
+                    redelivery: true,
+                    input: u.input.clone(),
+                    idempotency_key: u.idempotency_key.clone(),
+                    task: u.task.clone(),
+                    contract_version: u.contract_version.clone(),
+                });
+            }
+        }
+        UnitState::Succeeded { .. } | UnitState::Failed { .. } => {}
     }
     busy
 }
