@@ -280,6 +280,10 @@ impl Engine {
             let (session, max) = (p.session_id.clone(), p.max_tasks);
             if self.dispatch(id, &session, max) {
                 self.polls.remove(&id);
+                let now = self.now;
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.last_seen = now;
+                }
             }
         }
     }
@@ -294,7 +298,12 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            self.polls.remove(&id);
+            if let Some(p) = self.polls.remove(&id) {
+                // The session was waiting on us: it has been calling.
+                if let Some(s) = self.sessions.get_mut(&p.session_id) {
+                    s.last_seen = now;
+                }
+            }
             self.reply(id, Response::ok(200, json!({"tasks": []})));
         }
     }
