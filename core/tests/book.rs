@@ -226,6 +226,78 @@ fn ignored_fragments_stay_rare() {
     );
 }
 
+/// The relative link targets (`](path.md)`, `](path.md#anchor)`) of a
+/// markdown text, outside code blocks and code spans.
+fn relative_links(markdown: &str) -> Vec<String> {
+    let mut links = Vec::new();
+    let mut in_code = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        // Drop code spans, whose text may look like a link.
+        let text: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            let end = rest.find(')').unwrap_or(rest.len());
+            let target = &rest[..end];
+            let is_url = target.contains("://") || target.starts_with("mailto:");
+            if !is_url && !target.starts_with('#') && !target.is_empty() {
+                links.push(target.split('#').next().unwrap_or_default().to_string());
+            }
+            rest = &rest[end..];
+        }
+    }
+    links
+}
+
+#[test]
+fn relative_links_in_the_book_resolve() {
+    let root = docs_src();
+    let mut files = Vec::new();
+    markdown_files(&root, &mut files);
+    let mut broken = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        for target in relative_links(&text) {
+            let resolved = path.parent().unwrap().join(&target);
+            if !resolved.exists() {
+                let page = path.strip_prefix(&root).unwrap().display().to_string();
+                broken.push(format!("docs/src/{page}: {target}"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn every_page_is_in_the_summary() {
+    let root = docs_src();
+    let summary = std::fs::read_to_string(root.join("SUMMARY.md")).unwrap();
+    let listed = relative_links(&summary);
+    let mut files = Vec::new();
+    markdown_files(&root, &mut files);
+    let missing: Vec<String> = files
+        .iter()
+        .map(|p| {
+            p.strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .filter(|p| p != "SUMMARY.md" && !listed.contains(p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pages mdBook will not render (not in SUMMARY.md): {missing:?}"
+    );
+}
+
 // ---- the extraction itself ----
 
 #[test]
@@ -255,6 +327,13 @@ fn extraction_rejects_malformed_fences() {
     assert!(extract("x.md", "```orbit,should_panic\nx\n```\n").is_err());
     assert_eq!(extract("x.md", "```\nplain\n```\n").unwrap(), vec![]);
     assert_eq!(extract("x.md", "```orbitx\nplain\n```\n").unwrap(), vec![]);
+}
+
+#[test]
+fn links_are_found_outside_code() {
+    let md = "See [a](a.md), [b](../x/b.md#part), [web](https://e.com), [here](#top).\n\
+              `[not](code.md)`\n```\n[not](block.md)\n```\n";
+    assert_eq!(relative_links(md), vec!["a.md", "../x/b.md"]);
 }
 
 #[test]
