@@ -527,3 +527,21 @@ async fn shutdown_lets_running_tasks_finish_then_unregisters() {
     assert!(result_at < delete_at);
     assert_eq!(reqs[result_at].body, json!({"output": "finished"}));
 }
+
+#[tokio::test]
+async fn polls_wait_at_most_half_the_session_timeout() {
+    let proto = Arc::new(Proto::default()); // session_timeout_ms: 3000
+    let fake = fake(&proto).await;
+    let worker = builder("w-1")
+        .poll_wait(Duration::from_secs(10))
+        .handler("demo.work", |_t: Task| async { Ok(json!(1)) })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("a poll", |r| r.iter().any(|r| r.path.ends_with("/poll")))
+        .await;
+    let polls = fake.matching("POST", "/v1/workers/s1/poll");
+    assert_eq!(polls[0].body["wait_ms"], 1500);
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}

@@ -480,9 +480,20 @@ impl Inner {
                 continue;
             }
             let session = self.session_id().await?;
+            // Never park a poll for longer than half the session timeout.
+            let timeout_ms = self
+                .session
+                .lock()
+                .await
+                .as_ref()
+                .and_then(|s| s.session_timeout_ms);
+            let mut wait_ms = self.poll_wait.as_millis().min(u128::from(u64::MAX)) as u64;
+            if let Some(t) = timeout_ms {
+                wait_ms = wait_ms.min((t / 2).max(1));
+            }
             let body = PollBody {
                 max_tasks: free,
-                wait_ms: self.poll_wait.as_millis().min(u128::from(u64::MAX)) as u64,
+                wait_ms,
                 held: self.held_tokens(),
             };
             let request = self.request(
