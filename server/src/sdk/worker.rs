@@ -241,7 +241,8 @@ impl Worker {
     /// Runs until `shutdown` completes, then lets running tasks finish (up to
     /// the shutdown grace) and unregisters. Returns an error only when the
     /// server refuses the worker (a 4xx other than `UNKNOWN_SESSION`, for
-    /// example `403 FORBIDDEN` for patterns outside its grant).
+    /// example `403 FORBIDDEN` for patterns outside its grant). Run one
+    /// `run` at a time per worker; clones share the same session.
     pub async fn run<S>(&self, shutdown: S) -> Result<(), Error>
     where
         S: Future<Output = ()> + Send,
