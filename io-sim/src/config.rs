@@ -113,8 +113,57 @@ pub struct Faults {
     pub worker_contract_violation_probability: f64,
     /// Probability that a task takes much longer than its attempt timeout.
     pub worker_slow_probability: f64,
+    /// Probability that a worker or client is cut off from the server once
+    /// during the safety phase (a partition that later heals).
+    pub net_partition_probability: f64,
+    /// Upper bound of a partition's length, in ms.
+    pub net_partition_ms_max: Millis,
     /// Probability that a client cancels an execution it started.
     pub client_cancel_probability: f64,
+}
+
+/// Kinds of faults `--faults` can keep (the others are switched off).
+pub const FAULT_KINDS: [&str; 6] = [
+    "crash",
+    "storage",
+    "network",
+    "partition",
+    "workers",
+    "cancel",
+];
+
+impl Faults {
+    /// Switches off every fault whose kind is not in `kinds`
+    /// (see [`FAULT_KINDS`]).
+    pub fn keep_only(&mut self, kinds: &[&str]) {
+        let keep = |k: &str| kinds.contains(&k);
+        if !keep("crash") {
+            self.server_crash_interval_ms_mean = 0;
+        }
+        if !keep("storage") {
+            self.store_commit_fail_probability = 0.0;
+            self.store_commit_ambiguous_probability = 0.0;
+            self.store_slow_probability = 0.0;
+        }
+        if !keep("network") {
+            self.net_loss_probability = 0.0;
+            self.net_duplicate_probability = 0.0;
+        }
+        if !keep("partition") {
+            self.net_partition_probability = 0.0;
+        }
+        if !keep("workers") {
+            self.worker_crash_probability = 0.0;
+            self.worker_pause_probability = 0.0;
+            self.worker_double_report_probability = 0.0;
+            self.worker_fail_probability = 0.0;
+            self.worker_contract_violation_probability = 0.0;
+            self.worker_slow_probability = 0.0;
+        }
+        if !keep("cancel") {
+            self.client_cancel_probability = 0.0;
+        }
+    }
 }
 
 /// Everything that defines one run, sampled from its seed.
@@ -143,6 +192,8 @@ pub struct SimConfig {
     pub client_id_probability: f64,
     /// Probability that a creating request carries an Idempotency-Key.
     pub idempotency_key_probability: f64,
+    /// The `--faults` restriction this configuration was sampled with.
+    pub fault_kinds: Option<Vec<String>>,
 }
 
 fn p(rng: &mut SimRng, max: f64) -> f64 {
@@ -173,6 +224,7 @@ impl SimConfig {
             liveness_ms_max: 600_000,
             client_id_probability: p(&mut rng, 0.8),
             idempotency_key_probability: p(&mut rng, 0.8),
+            fault_kinds: None,
         };
         let f = &mut c.faults;
         f.net_delay_ms_max = rng.between(1, 200);
@@ -272,6 +324,24 @@ impl SimConfig {
                 f.server_restart_ms_max = rng.between(100, 3000);
             }
         }
+        // Drawn last, so that adding them kept every earlier draw (and the
+        // seeds recorded in findings) unchanged.
+        let f = &mut c.faults;
+        f.net_partition_ms_max = rng.between(1000, 3 * c.session_timeout_ms);
+        f.net_partition_probability = match scenario {
+            Scenario::Swarm => p(&mut rng, 0.3),
+            Scenario::LostWorkers => p(&mut rng, 0.5),
+            _ => 0.0,
+        };
+        c
+    }
+
+    /// Like [`SimConfig::sample`], then switches off every fault whose kind
+    /// is not in `kinds` (`--faults crash,storage`).
+    pub fn sample_with_faults(seed: u64, scenario: Scenario, kinds: &[&str]) -> SimConfig {
+        let mut c = SimConfig::sample(seed, scenario);
+        c.faults.keep_only(kinds);
+        c.fault_kinds = Some(kinds.iter().map(|k| (*k).to_owned()).collect());
         c
     }
 }
@@ -281,6 +351,9 @@ impl fmt::Display for SimConfig {
         let x = &self.faults;
         writeln!(f, "seed = {:#x} ({})", self.seed, self.seed)?;
         writeln!(f, "scenario = {}", self.scenario)?;
+        if let Some(k) = &self.fault_kinds {
+            writeln!(f, "faults = {}", k.join(","))?;
+        }
         writeln!(f, "workers = {}", self.workers)?;
         writeln!(f, "clients = {}", self.clients)?;
         writeln!(f, "starts_per_client = {}", self.starts_per_client)?;
@@ -293,7 +366,7 @@ impl fmt::Display for SimConfig {
             "idempotency_key_probability = {}",
             self.idempotency_key_probability
         )?;
-        let rows: [(&str, String); 16] = [
+        let rows: [(&str, String); 18] = [
             (
                 "store_commit_fail_probability",
                 x.store_commit_fail_probability.to_string(),
@@ -342,6 +415,11 @@ impl fmt::Display for SimConfig {
                 "worker_slow_probability",
                 x.worker_slow_probability.to_string(),
             ),
+            (
+                "net_partition_probability",
+                x.net_partition_probability.to_string(),
+            ),
+            ("net_partition_ms_max", x.net_partition_ms_max.to_string()),
             (
                 "client_cancel_probability",
                 x.client_cancel_probability.to_string(),

@@ -110,7 +110,11 @@ pub fn repro(seed: u64, scenario: &str) -> String {
 impl Report {
     /// The command that reproduces this run.
     pub fn repro(&self) -> String {
-        repro(self.config.seed, self.config.scenario.name())
+        let base = repro(self.config.seed, self.config.scenario.name());
+        match &self.config.fault_kinds {
+            Some(k) => format!("{base} --faults {}", k.join(",")),
+            None => base,
+        }
     }
 }
 

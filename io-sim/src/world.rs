@@ -98,6 +98,10 @@ pub(crate) enum Ev {
         c: usize,
         op: usize,
     },
+    Partition {
+        actor: Actor,
+        until: Millis,
+    },
     FaultsEnd,
 }
 
@@ -120,6 +124,7 @@ impl Ev {
             Ev::ClientOp { .. } => 14,
             Ev::FaultsEnd => 15,
             Ev::Report { .. } => 16,
+            Ev::Partition { .. } => 17,
         }
     }
 }
@@ -164,6 +169,7 @@ pub struct World {
     definitions: Vec<DefinitionRecord>,
     workflows: BTreeMap<String, ir::Workflow>,
     pub(crate) violation: Option<Outcome>,
+    partitions: BTreeMap<Actor, Millis>,
 }
 
 impl World {
@@ -197,6 +203,7 @@ impl World {
             definitions,
             workflows,
             violation: None,
+            partitions: BTreeMap::new(),
             cfg,
         };
         w.setup()?;
@@ -250,6 +257,20 @@ impl World {
         for c in 0..self.cfg.clients {
             self.clients.push(Client::new(format!("c{c}")));
             self.plan_client(c);
+        }
+        let actors: Vec<Actor> = (0..self.workers.len())
+            .map(Actor::Worker)
+            .chain((0..self.clients.len()).map(Actor::Client))
+            .collect();
+        for actor in actors {
+            if self.rng.chance(self.cfg.faults.net_partition_probability) {
+                let start = self.rng.between(0, self.cfg.safety_ms);
+                let len = self
+                    .rng
+                    .between(500, self.cfg.faults.net_partition_ms_max.max(500));
+                let until = self.now + start + len;
+                self.at(start, Ev::Partition { actor, until });
+            }
         }
         let end = self.cfg.safety_ms;
         self.at(end, Ev::FaultsEnd);
@@ -371,6 +392,10 @@ impl World {
             Ev::WorkerResume { w, life } => self.worker_resume(w, life),
             Ev::Report { w, life, token } => self.report_again(w, life, &token),
             Ev::ClientOp { c, op } => self.client_op(c, op),
+            Ev::Partition { actor, until } => {
+                self.stats.fault("partition");
+                self.partitions.insert(actor, until);
+            }
             Ev::FaultsEnd => {
                 self.faults_on = false;
                 if self.server.is_none() {
@@ -624,6 +649,14 @@ impl World {
         } else {
             result
         };
+        if self.trace {
+            let ids: Vec<&str> = batch
+                .executions
+                .iter()
+                .map(|a| a.execution_id.as_str())
+                .collect();
+            println!("          batch {} {ids:?} -> {result:?}", batch.id);
+        }
         if applied {
             self.check_batch(&batch);
         }
@@ -667,6 +700,9 @@ impl World {
     /// `timeout_ms` unless an answer arrives first.
     pub(crate) fn send(&mut self, from: Actor, req: u64, request: Request, timeout_ms: Millis) {
         self.at(timeout_ms, Ev::Timeout { actor: from, req });
+        if self.cut_off(from) {
+            return;
+        }
         if self.faults_on && self.rng.chance(self.cfg.faults.net_loss_probability) {
             self.stats.fault("request_lost");
             return;
@@ -687,7 +723,16 @@ impl World {
         self.at(d, Ev::ToServer { from, req, request });
     }
 
+    /// True while `actor` is partitioned from the server (partitions heal
+    /// when faults stop).
+    fn cut_off(&self, actor: Actor) -> bool {
+        self.faults_on && self.partitions.get(&actor).is_some_and(|t| self.now < *t)
+    }
+
     fn send_to_actor(&mut self, to: Actor, req: u64, response: Response) {
+        if self.cut_off(to) {
+            return;
+        }
         if self.faults_on && self.rng.chance(self.cfg.faults.net_loss_probability) {
             self.stats.fault("response_lost");
             return;
@@ -810,7 +855,7 @@ impl World {
         let mut result = Ok(());
         let workflows = &self.workflows;
         let bound = self.cfg.liveness_ms_max;
-        let mut liveness = Ok(());
+        let mut stuck: BTreeMap<String, Violation> = BTreeMap::new();
         let live_engine = self.server.as_ref().map(|s| &s.engine);
         self.store.for_each(|row, events| {
             if result.is_err() {
@@ -820,10 +865,20 @@ impl World {
             let live = live_engine.and_then(|e| e.projection(&row.id));
             result = check::history(&row.id, events, wf)
                 .and_then(|()| check::determinism::check(row, events, live));
-            if liveness.is_ok() {
-                liveness = check::liveness::check(&row.id, events, bound);
+            if let Err(v) = check::liveness::check(&row.id, events, bound) {
+                stuck.insert(row.id.clone(), v);
             }
         });
+        // Report a stuck execution none of whose children is stuck: the
+        // parent of a stuck child only waits for it.
+        let liveness = match stuck
+            .iter()
+            .find(|(id, _)| !stuck.keys().any(|k| k.starts_with(&format!("{id}."))))
+            .or_else(|| stuck.iter().next())
+        {
+            Some((_, v)) => Err(v.clone()),
+            None => Ok(()),
+        };
         if let Err(v) = result {
             return self.fail(v);
         }

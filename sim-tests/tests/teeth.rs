@@ -16,6 +16,7 @@ fn caught(scenario: Scenario, bugs: Bugs, expected: &[Invariant]) {
         panic!("{bugs:?} not caught in {SEEDS_MAX} seeds of {scenario}");
     };
     let got = report.outcome.violation().map(|v| v.invariant);
+    eprintln!("{bugs:?}: caught at seed {seed:#x} of {scenario} as {got:?}");
     assert!(
         got.is_some_and(|g| expected.contains(&g)),
         "{bugs:?} caught at seed {seed:#x} as {got:?}, expected one of {expected:?}:\n{report}"

@@ -6,6 +6,7 @@
 //! 64 usage error (with several failures, the most severe class wins:
 //! crash, then correctness, then liveness).
 
+use orbit_io_sim::config::FAULT_KINDS;
 use orbit_io_sim::report::{EXIT_CORRECTNESS, EXIT_CRASH, EXIT_LIVENESS, EXIT_OK, EXIT_USAGE};
 use orbit_io_sim::{run_with, RunOptions, Scenario, SimConfig};
 use orbit_sim_tests::parse_seed;
@@ -19,6 +20,8 @@ const USAGE: &str =
   --scenario NAME one of: swarm (default), steady-load, crash-storm, lost-workers,
                   late-and-duplicate, storage-faults, cancel-compensation,
                   signals-sleeps, child-workflows, idempotent-starts, all
+  --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
+                  network, partition, workers, cancel
   --trace         print every step of the world (with --seed)
   --quiet         with --seeds, print only failures and the summary";
 
@@ -29,6 +32,16 @@ struct Args {
     scenarios: Vec<Scenario>,
     trace: bool,
     quiet: bool,
+    faults: Option<Vec<&'static str>>,
+}
+
+impl Args {
+    fn config(&self, seed: u64, scenario: Scenario) -> SimConfig {
+        match &self.faults {
+            Some(kinds) => SimConfig::sample_with_faults(seed, scenario, kinds),
+            None => SimConfig::sample(seed, scenario),
+        }
+    }
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -39,6 +52,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         scenarios: vec![Scenario::Swarm],
         trace: false,
         quiet: false,
+        faults: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -67,6 +81,18 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 } else {
                     vec![Scenario::parse(&v).ok_or_else(|| format!("unknown scenario `{v}`"))?]
                 };
+            }
+            "--faults" => {
+                let v = value("--faults")?;
+                let mut kinds = Vec::new();
+                for k in v.split(',').filter(|k| !k.is_empty()) {
+                    let known = FAULT_KINDS
+                        .iter()
+                        .find(|x| **x == k)
+                        .ok_or_else(|| format!("unknown fault kind `{k}`"))?;
+                    kinds.push(*known);
+                }
+                a.faults = Some(kinds);
             }
             "--trace" => a.trace = true,
             "--quiet" => a.quiet = true,
@@ -102,7 +128,7 @@ fn main() {
 fn one(seed: u64, a: &Args) -> i32 {
     let mut worst = EXIT_OK;
     for scenario in &a.scenarios {
-        let config = SimConfig::sample(seed, *scenario);
+        let config = a.config(seed, *scenario);
         println!("{config}");
         let report = run_with(
             config,
@@ -127,7 +153,7 @@ fn many(a: &Args) -> i32 {
     let mut classes: BTreeMap<&'static str, u64> = BTreeMap::new();
     for scenario in &a.scenarios {
         for seed in a.from..a.from.saturating_add(count) {
-            let config = SimConfig::sample(seed, *scenario);
+            let config = a.config(seed, *scenario);
             let report = run_with(config, RunOptions::default());
             runs += 1;
             for (k, v) in &report.stats.faults {
