@@ -232,3 +232,83 @@ fn recovery_fires_overdue_timers() {
         ",
     );
 }
+
+#[test]
+fn fenced_execution_is_given_up() {
+    let mut w = world();
+    w.start("Pay", "o-12", json!({"order_id": "o-12"}));
+    w.mode = Mode::Fenced;
+    let r = w.call(Request::Signal {
+        execution_id: "o-12".into(),
+        name: "x".into(),
+        payload: json!(null),
+        idempotency: None,
+    });
+    assert_eq!((r.status, r.error_code()), (503, Some("STORAGE_ERROR")));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("fenced:"));
+    assert!(w.engine.projection("o-12").is_none(), "no longer ours");
+    let s = w.register("pay-1", &["payments.*"]);
+    w.mode = Mode::Ok;
+    assert!(w.poll(&s, 1).is_empty(), "its queued task left with it");
+}
+
+#[test]
+fn racing_requests_with_one_key_are_applied_once() {
+    use orbit_core::engine::{IdempotencyScope, Start};
+    let mut w = world();
+    let keyed = || {
+        Request::Start(Start {
+            workflow: "Pay".into(),
+            version: None,
+            input: json!({"order_id": "o-13"}),
+            execution_id: None,
+            idempotency: Some(IdempotencyScope {
+                key: "k".into(),
+                fingerprint: "f".into(),
+            }),
+        })
+    };
+    // Two requests fed before the store answers either: hold the first
+    // batch by feeding both inputs back to back through the engine.
+    let e1 = w.engine.handle(
+        w.now,
+        orbit_core::Input::Request {
+            id: 901,
+            request: keyed(),
+        },
+    );
+    let e2 = w.engine.handle(
+        w.now,
+        orbit_core::Input::Request {
+            id: 902,
+            request: keyed(),
+        },
+    );
+    assert!(
+        e2.iter().all(|e| !matches!(
+            e,
+            orbit_core::Effect::Append(_) | orbit_core::Effect::Reply { .. }
+        )),
+        "the second waits"
+    );
+    for effect in e1 {
+        if let orbit_core::Effect::Append(batch) = effect {
+            w.store
+                .histories
+                .entry(batch.executions[0].execution_id.clone())
+                .or_default()
+                .extend(batch.executions[0].events.clone());
+            w.feed(orbit_core::Input::Stored {
+                batch: batch.id,
+                result: orbit_core::StorageResult::Ok,
+            });
+        }
+    }
+    let (a, b) = (&w.replies[&901], &w.replies[&902]);
+    assert_eq!(a.status, 201);
+    assert_eq!((&b.body, b.replayed), (&a.body, true));
+    assert_eq!(w.store.histories.len(), 1);
+}

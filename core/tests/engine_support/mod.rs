@@ -28,6 +28,8 @@ pub enum Mode {
     AmbiguousApplied,
     /// Do not apply, answer `Ambiguous`.
     AmbiguousLost,
+    /// Refuse: another node owns every execution in the batch.
+    Fenced,
 }
 
 /// The in-memory store.
@@ -144,6 +146,15 @@ impl World {
                             }
                             Mode::AmbiguousLost => StorageResult::Ambiguous {
                                 message: "connection lost during COMMIT".into(),
+                            },
+                            Mode::Fenced => StorageResult::Conflict {
+                                message: "fenced: epoch 7 owns these executions".into(),
+                                fenced: batch
+                                    .executions
+                                    .iter()
+                                    .map(|a| a.execution_id.clone())
+                                    .collect(),
+                                stale: vec![],
                             },
                         };
                         inputs.push_back(Input::Stored {
