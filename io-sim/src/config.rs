@@ -31,11 +31,14 @@ pub enum Scenario {
     ChildWorkflows,
     /// Starts with client ids and Idempotency-Keys whose responses get lost.
     IdempotentStarts,
+    /// The server's clock steps forward (NTP steps, restarts on another
+    /// clock) while it crashes now and then.
+    ClockJumps,
 }
 
 impl Scenario {
     /// Every scenario, in a fixed order.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Swarm,
         Scenario::SteadyLoad,
         Scenario::CrashStorm,
@@ -46,6 +49,7 @@ impl Scenario {
         Scenario::SignalsSleeps,
         Scenario::ChildWorkflows,
         Scenario::IdempotentStarts,
+        Scenario::ClockJumps,
     ];
 
     /// The command-line name (`crash-storm`).
@@ -61,6 +65,7 @@ impl Scenario {
             Scenario::SignalsSleeps => "signals-sleeps",
             Scenario::ChildWorkflows => "child-workflows",
             Scenario::IdempotentStarts => "idempotent-starts",
+            Scenario::ClockJumps => "clock-jumps",
         }
     }
 
@@ -118,6 +123,11 @@ pub struct Faults {
     pub net_partition_probability: f64,
     /// Upper bound of a partition's length, in ms.
     pub net_partition_ms_max: Millis,
+    /// Probability that the server's clock steps forward at a restart, and
+    /// how often it steps while running (a few steps per run at most).
+    pub clock_jump_probability: f64,
+    /// Upper bound of one forward step of the server's clock, in ms.
+    pub clock_jump_ms_max: Millis,
     /// Probability that a client cancels an execution it started.
     pub client_cancel_probability: f64,
 }
@@ -162,6 +172,9 @@ impl Faults {
         }
         if !keep("cancel") {
             self.client_cancel_probability = 0.0;
+        }
+        if !keep("clock") {
+            self.clock_jump_probability = 0.0;
         }
     }
 }
@@ -309,6 +322,15 @@ impl SimConfig {
                 f.worker_crash_probability = p(&mut rng, 0.05);
                 f.client_cancel_probability = p(&mut rng, 0.15);
             }
+            Scenario::ClockJumps => {
+                f.clock_jump_probability = rng.float(0.3, 1.0);
+                f.clock_jump_ms_max = rng.between(500, 3 * c.session_timeout_ms);
+                f.server_crash_interval_ms_mean = rng.between(3, 15) * 1000;
+                f.server_restart_ms_max = rng.between(100, 3000);
+                f.net_loss_probability = p(&mut rng, 0.05);
+                f.worker_slow_probability = p(&mut rng, 0.1);
+                f.client_cancel_probability = p(&mut rng, 0.2);
+            }
             Scenario::IdempotentStarts => {
                 c.client_id_probability = rng.float(0.2, 0.6);
                 c.idempotency_key_probability = rng.float(0.3, 0.9);
@@ -366,7 +388,7 @@ impl fmt::Display for SimConfig {
             "idempotency_key_probability = {}",
             self.idempotency_key_probability
         )?;
-        let rows: [(&str, String); 18] = [
+        let rows: [(&str, String); 20] = [
             (
                 "store_commit_fail_probability",
                 x.store_commit_fail_probability.to_string(),
@@ -420,6 +442,11 @@ impl fmt::Display for SimConfig {
                 x.net_partition_probability.to_string(),
             ),
             ("net_partition_ms_max", x.net_partition_ms_max.to_string()),
+            (
+                "clock_jump_probability",
+                x.clock_jump_probability.to_string(),
+            ),
+            ("clock_jump_ms_max", x.clock_jump_ms_max.to_string()),
             (
                 "client_cancel_probability",
                 x.client_cancel_probability.to_string(),

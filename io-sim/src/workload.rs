@@ -187,7 +187,7 @@ fn mix(scenario: Scenario) -> &'static [(&'static str, u64)] {
         Scenario::SteadyLoad | Scenario::LostWorkers | Scenario::LateAndDuplicate => {
             &[("Plain", 3), ("Saga", 2)]
         }
-        Scenario::CrashStorm | Scenario::StorageFaults => {
+        Scenario::CrashStorm | Scenario::StorageFaults | Scenario::ClockJumps => {
             &[("Plain", 2), ("Saga", 2), ("Waiting", 1), ("Parent", 1)]
         }
         Scenario::CancelCompensation => &[("Saga", 4), ("Parent", 1)],

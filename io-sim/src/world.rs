@@ -102,6 +102,7 @@ pub(crate) enum Ev {
         actor: Actor,
         until: Millis,
     },
+    ClockJump,
     FaultsEnd,
 }
 
@@ -125,6 +126,7 @@ impl Ev {
             Ev::FaultsEnd => 15,
             Ev::Report { .. } => 16,
             Ev::Partition { .. } => 17,
+            Ev::ClockJump => 18,
         }
     }
 }
@@ -170,6 +172,10 @@ pub struct World {
     workflows: BTreeMap<String, ir::Workflow>,
     pub(crate) violation: Option<Outcome>,
     partitions: BTreeMap<Actor, Millis>,
+    /// How far the server's clock is ahead of the reference clock (it only
+    /// steps forward, so it never runs backwards within or across
+    /// incarnations).
+    clock_offset: Millis,
 }
 
 impl World {
@@ -204,6 +210,7 @@ impl World {
             workflows,
             violation: None,
             partitions: BTreeMap::new(),
+            clock_offset: 0,
             cfg,
         };
         w.setup()?;
@@ -270,6 +277,12 @@ impl World {
                     .between(500, self.cfg.faults.net_partition_ms_max.max(500));
                 let until = self.now + start + len;
                 self.at(start, Ev::Partition { actor, until });
+            }
+        }
+        if self.cfg.faults.clock_jump_probability > 0.0 {
+            for _ in 0..self.rng.between(1, 3) {
+                let at = self.rng.between(0, self.cfg.safety_ms);
+                self.at(at, Ev::ClockJump);
             }
         }
         let end = self.cfg.safety_ms;
@@ -392,6 +405,7 @@ impl World {
             Ev::WorkerResume { w, life } => self.worker_resume(w, life),
             Ev::Report { w, life, token } => self.report_again(w, life, &token),
             Ev::ClientOp { c, op } => self.client_op(c, op),
+            Ev::ClockJump => self.clock_jump(),
             Ev::Partition { actor, until } => {
                 self.stats.fault("partition");
                 self.partitions.insert(actor, until);
@@ -425,8 +439,22 @@ impl World {
         });
     }
 
+    /// Steps the server's clock forward.
+    fn clock_jump(&mut self) {
+        if !self.faults_on || self.cfg.faults.clock_jump_ms_max == 0 {
+            return;
+        }
+        self.stats.fault("clock_jump");
+        self.clock_offset += self.rng.between(100, self.cfg.faults.clock_jump_ms_max);
+    }
+
+    /// The server's clock: reference time plus its offset.
+    fn server_now(&self) -> Millis {
+        self.now + self.clock_offset
+    }
+
     fn engine_handle(&mut self, input: Input) -> Vec<Effect> {
-        let now = self.now;
+        let now = self.server_now();
         match self.server.as_mut() {
             Some(s) => s.engine.handle(now, input),
             None => Vec::new(),
@@ -436,6 +464,9 @@ impl World {
     fn restart(&mut self) {
         if self.server.is_some() {
             return;
+        }
+        if self.faults_on && self.rng.chance(self.cfg.faults.clock_jump_probability) {
+            self.clock_jump();
         }
         self.boot();
         let definitions = self
@@ -452,7 +483,7 @@ impl World {
             .collect();
         let idempotency = self
             .store
-            .live_idempotency(self.now)
+            .live_idempotency(self.server_now())
             .iter()
             .map(convert::idempotency_from_store)
             .collect();
@@ -586,7 +617,7 @@ impl World {
                     self.send_to_actor(actor, req, response);
                 }
                 Effect::WakeAt(t) => {
-                    let delay = t.saturating_sub(self.now);
+                    let delay = t.saturating_sub(self.server_now());
                     self.at(
                         delay,
                         Ev::Tick {

@@ -77,3 +77,8 @@ fn child_workflows_across_crashes() {
 fn idempotent_starts_with_lost_responses() {
     run(Scenario::IdempotentStarts, 10);
 }
+
+#[test]
+fn clock_jumps_across_crashes() {
+    run(Scenario::ClockJumps, 11);
+}

@@ -19,9 +19,9 @@ const USAGE: &str =
   --seeds N       run N seeds starting at --from (default 0)
   --scenario NAME one of: swarm (default), steady-load, crash-storm, lost-workers,
                   late-and-duplicate, storage-faults, cancel-compensation,
-                  signals-sleeps, child-workflows, idempotent-starts, all
+                  signals-sleeps, child-workflows, idempotent-starts, clock-jumps, all
   --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
-                  network, partition, workers, cancel
+                  network, partition, workers, cancel, clock
   --trace         print every step of the world (with --seed)
   --quiet         with --seeds, print only failures and the summary";
 
