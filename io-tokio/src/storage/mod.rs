@@ -83,6 +83,13 @@ pub trait Storage: Send + Sync {
     async fn queue(&self) -> Result<Vec<QueueOp>, StorageError>;
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StorageError>;
+    /// Deletes idempotency records expired at `now` (a background chore;
+    /// expired records are already ignored by every read). Returns how many
+    /// went. The default keeps them.
+    async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {
+        let _ = now;
+        Ok(0)
+    }
     /// Checks that the store could take a write now (for `/readyz`). The
     /// default only pings; backends override it with a real write check.
     async fn check_writable(&self) -> Result<(), StorageError> {

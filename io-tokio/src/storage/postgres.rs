@@ -852,4 +852,16 @@ impl Storage for PostgresStore {
             .map_err(unavailable)?;
         Ok(())
     }
+
+    async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {
+        // On a reader connection: PostgreSQL takes concurrent writers, and
+        // the commit path keeps its own connection.
+        let done = sqlx::query("DELETE FROM idempotency WHERE expires_at <= $1")
+            .bind(to_i64(now))
+            .execute(&self.readers)
+            .await
+            .map_err(unavailable)?
+            .rows_affected();
+        Ok(done)
+    }
 }

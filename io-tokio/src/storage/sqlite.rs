@@ -619,4 +619,26 @@ impl Storage for SqliteStore {
             .map_err(unavailable)?;
         Ok(())
     }
+
+    async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {
+        // Small batches, each its own statement, so group commits get the
+        // writer connection in between.
+        let mut total = 0;
+        loop {
+            let done = sqlx::query(
+                "DELETE FROM idempotency WHERE rowid IN \
+                 (SELECT rowid FROM idempotency WHERE expires_at <= ? LIMIT 500)",
+            )
+            .bind(to_i64(now))
+            .execute(&self.writer)
+            .await
+            .map_err(unavailable)?
+            .rows_affected();
+            total += done;
+            if done < 500 {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
 }

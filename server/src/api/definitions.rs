@@ -3,6 +3,7 @@
 
 use super::error::ApiError;
 use super::extract::{Json, Path};
+use super::idempotency::Scope;
 use super::reply::respond;
 use super::AppState;
 use axum::extract::State;
@@ -78,6 +79,7 @@ fn sources(body: DeployBody) -> Result<Vec<Source>, ApiError> {
               (status = 409, description = "DEFINITION_CONFLICT or CHILD_NOT_REGISTERED")))]
 pub async fn deploy(
     State(state): State<AppState>,
+    Scope(idempotency): Scope,
     Json(body): Json<DeployBody>,
 ) -> Result<Response, ApiError> {
     let sources = sources(body)?;
@@ -140,7 +142,7 @@ pub async fn deploy(
             .driver
             .call(Request::Deploy {
                 definitions,
-                idempotency: None,
+                idempotency,
             })
             .await,
     ))

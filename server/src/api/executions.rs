@@ -2,6 +2,7 @@
 
 use super::error::ApiError;
 use super::extract::{Json, OptionalJson, Path, Query};
+use super::idempotency::Scope;
 use super::reply::respond;
 use super::AppState;
 use axum::extract::State;
@@ -39,13 +40,17 @@ pub struct StartBody {
               (status = 400, description = "INPUT_CONTRACT_VIOLATION, INVALID_EXECUTION_ID"),
               (status = 404, description = "UNKNOWN_WORKFLOW"),
               (status = 409, description = "EXECUTION_EXISTS")))]
-pub async fn start(State(state): State<AppState>, Json(body): Json<StartBody>) -> Response {
+pub async fn start(
+    State(state): State<AppState>,
+    Scope(idempotency): Scope,
+    Json(body): Json<StartBody>,
+) -> Response {
     let request = Request::Start(Start {
         workflow: body.workflow,
         version: body.version,
         input: body.input,
         execution_id: body.execution_id,
-        idempotency: None,
+        idempotency,
     });
     respond(state.driver.call(request).await)
 }
@@ -130,6 +135,7 @@ pub struct SignalBody {
 pub async fn signal(
     State(state): State<AppState>,
     Path((id, name)): Path<(String, String)>,
+    Scope(idempotency): Scope,
     OptionalJson(body): OptionalJson<SignalBody>,
 ) -> Response {
     respond(
@@ -139,7 +145,7 @@ pub async fn signal(
                 execution_id: id,
                 name,
                 payload: body.payload,
-                idempotency: None,
+                idempotency,
             })
             .await,
     )
@@ -161,6 +167,7 @@ pub struct CancelBody {
 pub async fn cancel(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    Scope(idempotency): Scope,
     OptionalJson(body): OptionalJson<CancelBody>,
 ) -> Response {
     respond(
@@ -169,7 +176,7 @@ pub async fn cancel(
             .call(Request::Cancel {
                 execution_id: id,
                 reason: body.reason,
-                idempotency: None,
+                idempotency,
             })
             .await,
     )

@@ -3,12 +3,14 @@
 //! router from an [`AppState`] without binding a socket, so tests drive it
 //! with `tower::ServiceExt::oneshot`.
 
+pub mod auth;
 mod definitions;
 pub mod error;
 mod executions;
 pub mod extract;
 mod health;
 mod history;
+pub mod idempotency;
 pub mod openapi;
 mod reply;
 mod workers;
@@ -17,9 +19,12 @@ pub use error::ApiError;
 pub use reply::{event_json, rfc3339};
 
 use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{delete, get, post};
 use axum::Router;
 use orbit_io_tokio::driver::Driver;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Default `--max-body`: 4 MiB.
 pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
@@ -43,10 +48,41 @@ impl AppState {
     }
 }
 
-/// The API router.
+/// What the router guards beyond [`AppState`]: authentication and the
+/// idempotency edge.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `--auth`: the tokens; `None` allows everything (loopback quick start).
+    pub auth: Option<Arc<auth::AuthConfig>>,
+    /// How long a request waits for a racing request with the same
+    /// `Idempotency-Key` before `409 IDEMPOTENCY_KEY_IN_FLIGHT`.
+    pub in_flight_wait: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            auth: None,
+            in_flight_wait: idempotency::IN_FLIGHT_WAIT,
+        }
+    }
+}
+
+/// The API router without authentication.
 pub fn app(state: AppState) -> Router {
+    app_with(state, Options::default())
+}
+
+/// The API router with `options`.
+pub fn app_with(state: AppState, options: Options) -> Router {
     let max_body = state.max_body;
-    Router::new()
+    let guard = idempotency::Guard {
+        store: state.driver.store().clone(),
+        in_flight: idempotency::InFlight::default(),
+        wait: options.in_flight_wait,
+        max_body,
+    };
+    let router = Router::new()
         .route(
             "/v1/definitions",
             post(definitions::deploy).get(definitions::list),
@@ -79,7 +115,16 @@ pub fn app(state: AppState) -> Router {
         .fallback(error::not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
-        .with_state(state)
+        .layer(from_fn_with_state(guard, idempotency::middleware));
+    // Added last, so it runs first: the idempotency scope needs the caller.
+    let router = match options.auth {
+        Some(config) => router.layer(from_fn_with_state(
+            auth::Auth::new(config, max_body),
+            auth::middleware,
+        )),
+        None => router,
+    };
+    router.with_state(state)
 }
 
 async fn method_not_allowed() -> ApiError {

@@ -1,6 +1,7 @@
 //! `orbit server`: opens the store, recovers, serves the HTTP API until
 //! SIGTERM or ctrl-c, then finishes the commit in flight and exits.
 
+use crate::api::auth::AuthConfig;
 use crate::api::{self, AppState, DEFAULT_MAX_BODY};
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config;
@@ -20,8 +21,8 @@ pub struct Args {
     /// `postgres://USER@HOST:PORT/DB` (the database must exist).
     #[arg(long, env = "ORBIT_DB", default_value = "sqlite://orbit.db")]
     pub db: String,
-    /// Address to listen on. Non-loopback addresses need `--insecure` (there
-    /// is no authentication yet).
+    /// Address to listen on. Non-loopback addresses need `--auth` (or
+    /// `--insecure`).
     #[arg(long, default_value = "127.0.0.1:7373")]
     pub listen: String,
     /// A worker session silent for longer is lost and its tasks redelivered
@@ -37,6 +38,10 @@ pub struct Args {
     /// How long API idempotency records are kept.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub idempotency_ttl: Duration,
+    /// Auth file (TOML): named tokens with roles admin, client or worker,
+    /// stored as SHA-256 hex. Without it every request is allowed.
+    #[arg(long, env = "ORBIT_AUTH")]
+    pub auth: Option<std::path::PathBuf>,
     /// Allow binding a non-loopback address without authentication.
     #[arg(long)]
     pub insecure: bool,
@@ -101,7 +106,13 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
             "--session-timeout must be positive".into(),
         ));
     }
-    let addr = listen_addr(&args.listen, args.insecure)?;
+    let auth = match &args.auth {
+        Some(path) => Some(Arc::new(
+            AuthConfig::load(path).map_err(|e| ServerError::Usage(e.to_string()))?,
+        )),
+        None => None,
+    };
+    let addr = listen_addr(&args.listen, args.insecure || auth.is_some())?;
     let store = open_store(&args.db).await?;
     let options = driver::Options {
         engine: Config {
@@ -117,6 +128,11 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         driver: driver.clone(),
         max_body: args.max_body,
     };
+    let purge = tokio::spawn(purge_expired(driver.store().clone()));
+    let api_options = api::Options {
+        auth,
+        ..api::Options::default()
+    };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
@@ -124,15 +140,37 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     // On a signal, stop the engine first: parked long polls and waits are
     // answered 503 at once instead of holding the shutdown for minutes.
     let stopping = driver.clone();
-    axum::serve(listener, api::app(state))
+    axum::serve(listener, api::app_with(state, api_options))
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             tracing::info!("shutting down");
             stopping.shutdown().await;
         })
         .await?;
+    purge.abort();
     driver.shutdown().await;
     Ok(())
+}
+
+/// How often expired idempotency records are deleted.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+
+/// Deletes expired idempotency records now and then, off the request path.
+async fn purge_expired(store: Arc<dyn Storage>) {
+    let mut tick = tokio::time::interval(PURGE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        match store.purge_idempotency(now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(purged = n, "expired idempotency records deleted"),
+            Err(e) => tracing::warn!(error = %e, "cannot purge idempotency records"),
+        }
+    }
 }
 
 async fn shutdown_signal() {
