@@ -138,28 +138,28 @@ pub(crate) fn eval(expr: &Expr, scope: &Scope, depth: usize) -> Result<Value, Ev
 fn conform(expr: &Expr, value: Value) -> Result<Value, EvalError> {
     // `Json` says nothing to check, and neither does the null type (which
     // `json ?? null` is given).
-    if matches!(expr.ty, Type::Json | Type::Null) || !children(expr).any(|c| contains_json(&c.ty)) {
+    if matches!(expr.ty, Type::Json | Type::Null) || !reads_json(expr) {
         return Ok(value);
     }
     Ok(check_value(&expr.ty, &value)?)
 }
 
-fn children(expr: &Expr) -> Box<dyn Iterator<Item = &Expr> + '_> {
+/// Whether a direct sub-expression of `expr` has a type containing `Json`.
+fn reads_json(expr: &Expr) -> bool {
+    let json = |e: &Expr| contains_json(&e.ty);
     match &expr.kind {
         ExprKind::Literal { .. }
         | ExprKind::Input
         | ExprKind::Execution
         | ExprKind::Step { .. }
-        | ExprKind::Var { .. } => Box::new(std::iter::empty()),
-        ExprKind::Member { base, .. } => Box::new(std::iter::once(base.as_ref())),
-        ExprKind::Index { base, index } => Box::new([base.as_ref(), index.as_ref()].into_iter()),
-        ExprKind::Unary { operand, .. } => Box::new(std::iter::once(operand.as_ref())),
-        ExprKind::Binary { left, right, .. } => {
-            Box::new([left.as_ref(), right.as_ref()].into_iter())
-        }
-        ExprKind::Call { args, .. } => Box::new(args.iter()),
-        ExprKind::List { items } => Box::new(items.iter()),
-        ExprKind::Record { fields } => Box::new(fields.iter().map(|(_, e)| e)),
+        | ExprKind::Var { .. } => false,
+        ExprKind::Member { base, .. } => json(base),
+        ExprKind::Index { base, index } => json(base) || json(index),
+        ExprKind::Unary { operand, .. } => json(operand),
+        ExprKind::Binary { left, right, .. } => json(left) || json(right),
+        ExprKind::Call { args, .. } => args.iter().any(json),
+        ExprKind::List { items } => items.iter().any(json),
+        ExprKind::Record { fields } => fields.iter().any(|(_, e)| json(e)),
     }
 }
 
