@@ -89,9 +89,14 @@ pub(crate) fn eval(expr: &Expr, scope: &Scope, depth: usize) -> Result<Value, Ev
                 .cloned()
                 .ok_or_else(|| EvalError::Unbound { name: name.clone() })
         }
+        ExprKind::Member { .. } | ExprKind::Index { .. } if resolvable(expr, depth) => {
+            // A path into the scope (`input.items[2].sku`): copy only what
+            // it designates, not every value along the way.
+            return resolve(expr, scope, depth).cloned();
+        }
         ExprKind::Member { base, field } => {
             let b = eval(base, scope, next)?;
-            member(&b, field)?
+            member(&b, field)?.clone()
         }
         ExprKind::Index { base, index } => {
             let b = eval(base, scope, next)?;
@@ -99,7 +104,7 @@ pub(crate) fn eval(expr: &Expr, scope: &Scope, depth: usize) -> Result<Value, Ev
                 Value::Null
             } else {
                 let i = eval(index, scope, next)?;
-                index_into(b, &index.ty, &i)?
+                index_into(&b, &index.ty, &i)?.clone()
             }
         }
         ExprKind::Unary { op, operand } => {
@@ -136,12 +141,73 @@ pub(crate) fn eval(expr: &Expr, scope: &Scope, depth: usize) -> Result<Value, Ev
 /// Checks a computed value against its expression's static type when a
 /// `Json` fed into it (otherwise the compiler already guarantees the type).
 fn conform(expr: &Expr, value: Value) -> Result<Value, EvalError> {
-    // `Json` says nothing to check, and neither does the null type (which
-    // `json ?? null` is given).
-    if matches!(expr.ty, Type::Json | Type::Null) || !reads_json(expr) {
-        return Ok(value);
+    if needs_check(expr) {
+        Ok(check_value(&expr.ty, &value)?)
+    } else {
+        Ok(value)
     }
-    Ok(check_value(&expr.ty, &value)?)
+}
+
+/// Whether the value of `expr` must be checked against its type: a `Json`
+/// fed into it and its type says more than `Json` (or the null type, which
+/// `json ?? null` is given).
+fn needs_check(expr: &Expr) -> bool {
+    !matches!(expr.ty, Type::Json | Type::Null) && reads_json(expr)
+}
+
+/// The value `null`, to borrow.
+static NULL: Value = Value::Null;
+
+/// Whether `expr` is a path into the scope — a name followed by member
+/// accesses and indexing — whose links need no type check (and which is
+/// not nested too deeply).
+fn resolvable(expr: &Expr, depth: usize) -> bool {
+    if depth > DEPTH_LIMIT {
+        return false;
+    }
+    match &expr.kind {
+        ExprKind::Input | ExprKind::Execution | ExprKind::Step { .. } | ExprKind::Var { .. } => {
+            true
+        }
+        ExprKind::Member { base, .. } | ExprKind::Index { base, .. } => {
+            !needs_check(expr) && resolvable(base, depth + 1)
+        }
+        _ => false,
+    }
+}
+
+/// The value a [`resolvable`] path designates, borrowed from the scope.
+fn resolve<'s>(expr: &Expr, scope: &Scope<'s>, depth: usize) -> Result<&'s Value, EvalError> {
+    if depth > DEPTH_LIMIT {
+        return Err(EvalError::TooDeep { limit: DEPTH_LIMIT });
+    }
+    match &expr.kind {
+        ExprKind::Input => Ok(scope.input),
+        ExprKind::Execution => Ok(scope.execution),
+        ExprKind::Step { name } => scope
+            .vars
+            .get(name)
+            .or_else(|| scope.steps.get(name))
+            .ok_or_else(|| EvalError::Unbound { name: name.clone() }),
+        ExprKind::Var { name } => scope
+            .vars
+            .get(name)
+            .ok_or_else(|| EvalError::Unbound { name: name.clone() }),
+        ExprKind::Member { base, field } => member(resolve(base, scope, depth + 1)?, field),
+        ExprKind::Index { base, index } => {
+            let b = resolve(base, scope, depth + 1)?;
+            if b.is_null() {
+                return Ok(&NULL);
+            }
+            let i = eval(index, scope, depth + 1)?;
+            index_into(b, &index.ty, &i)
+        }
+        _ => Err(EvalError::TypeMismatch {
+            context: "path".into(),
+            expected: "a name, member access or index".into(),
+            found: "another expression".into(),
+        }),
+    }
 }
 
 /// Whether a direct sub-expression of `expr` has a type containing `Json`.
@@ -165,10 +231,10 @@ fn reads_json(expr: &Expr) -> bool {
 
 /// `base.field`: null on a null base (optional chaining) and for a field the
 /// object lacks (an omitted optional field, a missing `Json` field).
-fn member(base: &Value, field: &str) -> Result<Value, EvalError> {
+fn member<'v>(base: &'v Value, field: &str) -> Result<&'v Value, EvalError> {
     match base {
-        Value::Null => Ok(Value::Null),
-        Value::Object(map) => Ok(map.get(field).cloned().unwrap_or(Value::Null)),
+        Value::Null => Ok(&NULL),
+        Value::Object(map) => Ok(map.get(field).unwrap_or(&NULL)),
         other => Err(EvalError::TypeMismatch {
             context: format!("reading field `{field}`"),
             expected: "record".into(),
@@ -179,7 +245,7 @@ fn member(base: &Value, field: &str) -> Result<Value, EvalError> {
 
 /// `base[index]`: lists by a non-negative `Int` within range; a `Json` object
 /// may also be indexed by a `String` key (missing key reads as null).
-fn index_into(base: Value, index_ty: &Type, index: &Value) -> Result<Value, EvalError> {
+fn index_into<'v>(base: &'v Value, index_ty: &Type, index: &Value) -> Result<&'v Value, EvalError> {
     let context = "index";
     // A `Json` number used as an index is read as an `Int` (so `1.0` works).
     let index_ty = match (value::strip_optional(index_ty), index) {
@@ -187,15 +253,15 @@ fn index_into(base: Value, index_ty: &Type, index: &Value) -> Result<Value, Eval
         _ => index_ty,
     };
     match (base, classify(index_ty, index, context)?) {
-        (_, Val::Null) => Ok(Value::Null),
-        (Value::Array(mut items), Val::Int(i)) => {
-            let len = items.len();
-            match usize::try_from(i) {
-                Ok(u) if u < len => Ok(items.swap_remove(u)),
-                _ => Err(EvalError::IndexOutOfRange { index: i, len }),
-            }
-        }
-        (Value::Object(mut map), Val::Str(key)) => Ok(map.remove(key).unwrap_or(Value::Null)),
+        (_, Val::Null) => Ok(&NULL),
+        (Value::Array(items), Val::Int(i)) => usize::try_from(i)
+            .ok()
+            .and_then(|u| items.get(u))
+            .ok_or(EvalError::IndexOutOfRange {
+                index: i,
+                len: items.len(),
+            }),
+        (Value::Object(map), Val::Str(key)) => Ok(map.get(key).unwrap_or(&NULL)),
         (Value::Array(_), other) => Err(EvalError::TypeMismatch {
             context: "list index".into(),
             expected: "Int".into(),
@@ -209,7 +275,7 @@ fn index_into(base: Value, index_ty: &Type, index: &Value) -> Result<Value, Eval
         (other, _) => Err(EvalError::TypeMismatch {
             context: "indexing".into(),
             expected: "list".into(),
-            found: dynamic_name(&other),
+            found: dynamic_name(other),
         }),
     }
 }

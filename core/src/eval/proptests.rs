@@ -184,7 +184,43 @@ fn arb_expr() -> impl Strategy<Value = Expr> {
     })
 }
 
+/// A chain of member accesses and indexing over `root`.
+fn path_over(root: Expr, links: &[(bool, String, i64)]) -> Expr {
+    links.iter().fold(root, |base, (is_member, field, i)| {
+        let kind = if *is_member {
+            ExprKind::Member {
+                base: Box::new(base),
+                field: field.clone(),
+            }
+        } else {
+            ExprKind::Index {
+                base: Box::new(base),
+                index: Box::new(Expr {
+                    ty: Type::Int,
+                    kind: ExprKind::Literal { value: json!(i) },
+                }),
+            }
+        };
+        Expr {
+            ty: Type::Json,
+            kind,
+        }
+    })
+}
+
 proptest! {
+    #[test]
+    fn paths_into_the_scope_evaluate_like_paths_into_a_literal(
+        v in arb_json(),
+        links in prop::collection::vec((any::<bool>(), "[a-d]{1,2}", -1i64..4), 0..5),
+    ) {
+        let borrowed = path_over(Expr { ty: Type::Json, kind: ExprKind::Input }, &links);
+        let owned = path_over(Expr { ty: Type::Json, kind: ExprKind::Literal { value: v.clone() } }, &links);
+        let steps = BTreeMap::new();
+        let scope = Scope { input: &v, execution: &Value::Null, steps: &steps, vars: &steps };
+        prop_assert_eq!(evaluate(&borrowed, &scope), evaluate(&owned, &scope));
+    }
+
     #[test]
     fn float_text_reads_back_exactly_and_looks_like_a_float(
         f in any::<f64>().prop_filter("finite", |f| f.is_finite())

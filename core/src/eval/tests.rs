@@ -727,6 +727,44 @@ fn lists_and_records_evaluate_their_parts() {
 }
 
 #[test]
+fn deep_paths_fail_cleanly_too() {
+    let mut e = input(Type::Json);
+    for _ in 0..(DEPTH_LIMIT + 10) {
+        e = member(Type::Json, e, "x");
+    }
+    assert_eq!(err(&e), EvalError::TooDeep { limit: DEPTH_LIMIT });
+    let mut e = input(Type::Json);
+    for _ in 0..10 {
+        e = member(Type::Json, e, "x");
+    }
+    assert_eq!(ok(&e), Value::Null);
+}
+
+#[test]
+fn paths_check_typed_links_fed_by_json() {
+    // `input` is Json here; a link typed Int is checked (and normalized).
+    let w = World {
+        input: json!({"n": 2.0, "s": "x"}),
+        ..World::new()
+    };
+    let e = member(Type::Int, input(Type::Json), "n");
+    assert_eq!(evaluate(&e, &w.scope()).unwrap(), json!(2));
+    assert!(evaluate(&e, &w.scope()).unwrap().is_i64());
+    let e = member(Type::Int, input(Type::Json), "s");
+    assert!(matches!(
+        evaluate(&e, &w.scope()),
+        Err(EvalError::Contract(_))
+    ));
+    // An inner typed link is checked even when the outer one is Json.
+    let inner = member(record_ty(&[("a", Type::Int)]), input(Type::Json), "s");
+    let e = member(Type::Json, inner, "a");
+    assert!(matches!(
+        evaluate(&e, &w.scope()),
+        Err(EvalError::Contract(_))
+    ));
+}
+
+#[test]
 fn deeply_nested_expressions_fail_cleanly() {
     let mut e = int(1);
     for _ in 0..(DEPTH_LIMIT + 10) {
