@@ -14,7 +14,8 @@ use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::{SqliteOptions, SqliteStore};
 use orbit_server::api::{app, AppState};
 use orbit_server::sdk::{
-    Client, InProcessTransport, SourceFile, StartOptions, Status, Task, Transport, Worker,
+    Backoff, BoxFuture, Client, HttpRequest, HttpResponse, InProcessTransport, SourceFile,
+    StartOptions, Status, Task, Transport, TransportError, Worker,
 };
 use serde_json::json;
 
@@ -81,5 +82,83 @@ async fn client_and_worker_in_process() {
 
     stop_tx.send(()).unwrap();
     running.await.unwrap().unwrap();
+    driver.shutdown().await;
+}
+
+/// Forwards every request but loses the first answer of each creating call,
+/// as a network that drops a response after the server acted.
+struct LoseFirstAnswer {
+    inner: InProcessTransport,
+    lost: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Transport for LoseFirstAnswer {
+    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(async move {
+            let key = request.header("idempotency-key").map(str::to_string);
+            let answer = self.inner.send(request).await?;
+            if let Some(key) = key {
+                if self.lost.lock().unwrap().insert(key) {
+                    return Err(TransportError::Io("connection reset (simulated)".into()));
+                }
+            }
+            Ok(answer)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_is_recovered_by_the_retry_with_the_same_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/orbit.db", dir.path().display());
+    let store = SqliteStore::open(&SqliteOptions::new(url)).await.unwrap();
+    let driver = Driver::start(Arc::new(store), Options::default())
+        .await
+        .unwrap();
+    let transport = Arc::new(LoseFirstAnswer {
+        inner: InProcessTransport::new(app(AppState::new(driver.clone()))),
+        lost: Default::default(),
+    });
+    let client = Client::with_transport(transport).with_retries(
+        3,
+        Backoff {
+            initial: Duration::from_millis(5),
+            factor: 2.0,
+            max: Duration::from_millis(20),
+        },
+    );
+    client
+        .deploy(&[SourceFile {
+            filename: "plain.orbit".into(),
+            source: PLAIN.into(),
+        }])
+        .await
+        .unwrap();
+    // No execution id: only the key prevents a second execution.
+    let started = client
+        .start(StartOptions::new("Gate", json!({"n": 1})))
+        .await
+        .unwrap();
+    assert!(started.created);
+    let page = client.list(&Default::default()).await.unwrap();
+    assert_eq!(
+        page.executions.len(),
+        1,
+        "the retry replayed, not started again"
+    );
+    assert_eq!(page.executions[0].execution_id, started.execution_id);
+
+    let ack = client
+        .signal(&started.execution_id, "approve", json!("yes"), None)
+        .await
+        .unwrap();
+    assert!(ack.seq.is_some());
+    let done = client
+        .wait(&started.execution_id, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(done.status, Status::Completed);
+    let logs = client.logs(&started.execution_id).await.unwrap();
+    assert_eq!(logs.matches("SignalReceived").count(), 1, "{logs}");
     driver.shutdown().await;
 }
