@@ -333,6 +333,9 @@ impl World {
             }
             self.now = t;
             self.stats.steps += 1;
+            if self.bugs.panic_after_steps == Some(self.stats.steps) {
+                panic!("planted panic at step {}", self.stats.steps);
+            }
             self.mix(t);
             self.mix(ev.tag());
             if self.trace {

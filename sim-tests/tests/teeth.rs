@@ -78,3 +78,21 @@ fn telling_the_engine_a_failed_commit_succeeded_is_caught() {
         ],
     );
 }
+
+#[test]
+fn a_panic_is_reported_as_a_crash_with_its_own_exit_code() {
+    let report = orbit_io_sim::run_with(
+        orbit_io_sim::SimConfig::sample(1, Scenario::SteadyLoad),
+        orbit_io_sim::RunOptions {
+            bugs: Bugs {
+                panic_after_steps: Some(50),
+                ..Bugs::default()
+            },
+            ..orbit_io_sim::RunOptions::default()
+        },
+    );
+    assert_eq!(report.outcome.class(), "crash");
+    assert_eq!(report.outcome.exit_code(), orbit_io_sim::report::EXIT_CRASH);
+    assert!(report.to_string().contains("planted panic at step 50"));
+    assert!(report.repro().contains("--seed 0x1 --scenario steady-load"));
+}
