@@ -11,6 +11,7 @@ pub mod extract;
 mod health;
 mod history;
 pub mod idempotency;
+pub mod limits;
 pub mod openapi;
 mod reply;
 mod workers;
@@ -19,7 +20,7 @@ pub use error::ApiError;
 pub use reply::{event_json, rfc3339};
 
 use axum::extract::DefaultBodyLimit;
-use axum::middleware::from_fn_with_state;
+use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use orbit_io_tokio::driver::Driver;
@@ -57,6 +58,8 @@ pub struct Options {
     /// How long a request waits for a racing request with the same
     /// `Idempotency-Key` before `409 IDEMPOTENCY_KEY_IN_FLIGHT`.
     pub in_flight_wait: Duration,
+    /// Deadline for receiving a request's whole body.
+    pub body_timeout: Duration,
 }
 
 impl Default for Options {
@@ -64,6 +67,7 @@ impl Default for Options {
         Options {
             auth: None,
             in_flight_wait: idempotency::IN_FLIGHT_WAIT,
+            body_timeout: limits::DEFAULT_BODY_TIMEOUT,
         }
     }
 }
@@ -124,7 +128,12 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         )),
         None => router,
     };
-    router.with_state(state)
+    let body_timeout = options.body_timeout;
+    router
+        .layer(from_fn(move |request, next| {
+            limits::body_deadline(body_timeout, request, next)
+        }))
+        .with_state(state)
 }
 
 async fn method_not_allowed() -> ApiError {

@@ -2,7 +2,7 @@
 //! SIGTERM or ctrl-c, then finishes the commit in flight and exits.
 
 use crate::api::auth::AuthConfig;
-use crate::api::{self, AppState, DEFAULT_MAX_BODY};
+use crate::api::{self, limits, AppState, DEFAULT_MAX_BODY};
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config;
 use orbit_io_tokio::driver::{self, Driver};
@@ -45,6 +45,16 @@ pub struct Args {
     /// Allow binding a non-loopback address without authentication.
     #[arg(long)]
     pub insecure: bool,
+    /// Most client connections open at once (more wait to be accepted).
+    #[arg(long, default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers; idle keep-alive
+    /// connections are closed after it too.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: Duration,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -129,9 +139,19 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         max_body: args.max_body,
     };
     let purge = tokio::spawn(purge_expired(driver.store().clone()));
+    if args.max_connections == 0 || args.header_timeout.is_zero() || args.body_timeout.is_zero() {
+        return Err(ServerError::Usage(
+            "--max-connections, --header-timeout and --body-timeout must be positive".into(),
+        ));
+    }
     let api_options = api::Options {
         auth,
+        body_timeout: args.body_timeout,
         ..api::Options::default()
+    };
+    let connection_limits = limits::ConnectionLimits {
+        max_connections: args.max_connections,
+        header_timeout: args.header_timeout,
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -140,13 +160,17 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     // On a signal, stop the engine first: parked long polls and waits are
     // answered 503 at once instead of holding the shutdown for minutes.
     let stopping = driver.clone();
-    axum::serve(listener, api::app_with(state, api_options))
-        .with_graceful_shutdown(async move {
+    limits::serve(
+        listener,
+        api::app_with(state, api_options),
+        connection_limits,
+        async move {
             shutdown_signal().await;
             tracing::info!("shutting down");
             stopping.shutdown().await;
-        })
-        .await?;
+        },
+    )
+    .await;
     purge.abort();
     driver.shutdown().await;
     Ok(())
