@@ -187,3 +187,24 @@ proptest! {
         run(actions);
     }
 }
+
+/// Found by the property test: an ambiguous store during restarts and polls.
+#[test]
+fn regression_ambiguous_store_with_restarts() {
+    use Action::*;
+    run(vec![
+        Restart,
+        Poll(1),
+        Start(1),
+        Start(2),
+        Poll(1),
+        Storage(2),
+        Restart,
+        Advance(848),
+        Poll(0),
+        Advance(2904),
+        Succeed(104, false),
+        Poll(0),
+        Advance(248),
+    ]);
+}

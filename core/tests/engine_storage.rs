@@ -312,3 +312,33 @@ fn racing_requests_with_one_key_are_applied_once() {
     assert_eq!((&b.body, b.replayed), (&a.body, true));
     assert_eq!(w.store.histories.len(), 1);
 }
+
+#[test]
+fn a_reload_keeps_tokens_with_their_sessions() {
+    let mut w = World::new(Config {
+        session_timeout_ms: 1_000,
+        ..Config::default()
+    });
+    w.deploy(PAY);
+    w.start("Pay", "o-14", json!({"order_id": "o-14"}));
+    let s = w.register("pay-1", &["payments.*"]);
+    let t = w.take(&s);
+    assert!(w.heartbeat(&s, &[&t.token]).is_empty());
+    // An ambiguous write reloads the execution...
+    w.mode = Mode::AmbiguousLost;
+    w.call(Request::Signal {
+        execution_id: "o-14".into(),
+        name: "x".into(),
+        payload: json!(null),
+        idempotency: None,
+    });
+    w.mode = Mode::Ok;
+    // ...and the silent worker is still detected afterwards.
+    w.at(1_500);
+    assert!(
+        w.logs("o-14")
+            .contains("reason=worker `pay-1` stopped responding"),
+        "{}",
+        w.logs("o-14")
+    );
+}

@@ -97,6 +97,9 @@ impl Engine {
             e.busy = None;
             if e.proj.last_seq == 0 && !e.reloading {
                 let waiting = std::mem::take(&mut e.waiting);
+                if let Some(old) = e.wake.take() {
+                    self.wakes.remove(&(old, id.clone()));
+                }
                 self.executions.remove(id);
                 for (rid, req) in waiting {
                     self.request(rid, req);
@@ -110,11 +113,11 @@ impl Engine {
 
     /// A fenced execution belongs to another node now: forget it.
     fn give_up(&mut self, exec_id: &str, message: &str) {
+        self.set_wake(exec_id, None);
         let Some(e) = self.executions.remove(exec_id) else {
             return;
         };
         self.unindex(exec_id, &e.proj);
-        self.set_wake(exec_id, None);
         for (rid, _) in e.waiting {
             self.reply(rid, storage_error(message));
         }
@@ -316,8 +319,17 @@ impl Engine {
     /// Installs an execution rebuilt from its stored history.
     pub(super) fn install(&mut self, stored: StoredExecution) -> bool {
         let id = stored.execution_id.clone();
+        // Sessions holding this execution's tokens keep holding them.
+        let mut holders = Vec::new();
         if let Some(old) = self.executions.get(&id) {
             let p = old.proj.clone();
+            for token in p.tokens.keys() {
+                if let Some(t) = self.tokens.get(token) {
+                    if let Some(s) = &t.session {
+                        holders.push((token.clone(), s.clone(), t.confirmed));
+                    }
+                }
+            }
             self.unindex(&id, &p);
         }
         let waiting = self
@@ -326,8 +338,8 @@ impl Engine {
             .map(|e| std::mem::take(&mut e.waiting))
             .unwrap_or_default();
         if stored.events.is_empty() {
-            self.executions.remove(&id);
             self.set_wake(&id, None);
+            self.executions.remove(&id);
             for (rid, req) in waiting {
                 self.request(rid, req);
             }
@@ -351,6 +363,15 @@ impl Engine {
             },
         );
         self.index(&id, &stored.events);
+        for (token, session, confirmed) in holders {
+            if let Some(t) = self.tokens.get_mut(&token) {
+                t.session = Some(session.clone());
+                t.confirmed = confirmed;
+            }
+            if let Some(s) = self.sessions.get_mut(&session) {
+                s.tokens.insert(token);
+            }
+        }
         if let Some(e) = self.executions.get_mut(&id) {
             e.events = stored.events;
         }

@@ -72,6 +72,11 @@ impl Engine {
             .take_while(|(t, _)| *t <= now)
             .map(|(_, id)| id.clone())
             .collect();
+        for id in &due {
+            if !self.executions.contains_key(id) {
+                self.wakes.retain(|(_, x)| x != id);
+            }
+        }
         due.extend(std::mem::take(&mut self.soon));
         for id in due {
             self.refresh(&id);
@@ -97,9 +102,11 @@ impl Engine {
         if !self.draft(&mut txn, exec_id) {
             return false;
         }
+        // An orphan stays listed until its `StepAttemptUncertain` commits
+        // (then its dispatch is no longer current and it is dropped here).
         for (token, reason) in tokens {
-            self.orphans.remove(&token);
             let Some(unit) = self.tokens.get(&token).map(|t| t.unit.clone()) else {
+                self.orphans.remove(&token);
                 continue;
             };
             let attempt = txn.drafts.get(exec_id).and_then(|d| {
@@ -107,6 +114,9 @@ impl Engine {
                 let (current, dispatch) = u.current_dispatch()?;
                 (current == token).then_some(dispatch.attempt)
             });
+            if attempt.is_none() {
+                self.orphans.remove(&token);
+            }
             if let Some(attempt) = attempt {
                 self.push(
                     &mut txn,

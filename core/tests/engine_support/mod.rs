@@ -214,6 +214,9 @@ impl World {
                 break;
             }
             steps += 1;
+            if steps > 9_990 {
+                eprintln!("stuck: now={} wake={w}", self.now);
+            }
             assert!(steps < 10_000, "time does not advance (livelock?)");
             self.now = self.now.max(w);
             self.wake = None;
