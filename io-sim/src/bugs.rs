@@ -17,6 +17,9 @@ pub struct Bugs {
     pub key_from_attempt: bool,
     /// The driver tells the engine a failed commit succeeded.
     pub ignore_commit_failures: bool,
+    /// The driver never answers the engine's `Reload` requests (the
+    /// executions concerned wait forever).
+    pub drop_reloads: bool,
     /// The simulator panics after this many world steps (to test that a
     /// panic is reported as a crash, with its own exit code).
     pub panic_after_steps: Option<u64>,

@@ -591,6 +591,9 @@ impl World {
                     self.at(latency, Ev::CommitDone { inc, batch });
                 }
                 Effect::Reload { executions } => {
+                    if self.bugs.drop_reloads {
+                        continue;
+                    }
                     let latency = self.rng.between(1, 20);
                     self.at(
                         latency,

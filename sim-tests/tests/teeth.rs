@@ -80,6 +80,18 @@ fn telling_the_engine_a_failed_commit_succeeded_is_caught() {
 }
 
 #[test]
+fn a_driver_that_never_answers_reloads_is_caught_by_liveness() {
+    caught(
+        Scenario::StorageFaults,
+        Bugs {
+            drop_reloads: true,
+            ..Bugs::default()
+        },
+        &[Invariant::Liveness],
+    );
+}
+
+#[test]
 fn a_panic_is_reported_as_a_crash_with_its_own_exit_code() {
     let report = orbit_io_sim::run_with(
         orbit_io_sim::SimConfig::sample(1, Scenario::SteadyLoad),
