@@ -67,13 +67,14 @@ fn seed_world() -> World {
     w
 }
 
-/// Seed `003_…`: flaky-1 received the task and went silent; with
-/// `--session-timeout 5` the attempt was redelivered to flaky-2. (The seed
-/// shows #3 at `+ 1ms`: there the first scheduling committed a moment after
-/// the start; ORBIT's engine schedules in the start's own batch.)
+/// Seed `003_…`, verbatim: flaky-1 received the task and went silent; with
+/// `--session-timeout 5` the attempt was redelivered to flaky-2. Writes take
+/// 1 ms here, so the first scheduling (a batch of its own, after the start
+/// committed) lands at `+ 1ms` as in the seed.
 #[test]
 fn session_timeout_redelivers_the_same_attempt() {
     let mut w = seed_world();
+    w.latency = 1;
     w.start("Plain", "u-1", json!({"n": 1}));
     let flaky1 = w.register("flaky-1", &["demo.*"]);
     w.at(39);
@@ -95,7 +96,7 @@ fn session_timeout_redelivers_the_same_attempt() {
         "
         + 0ms #1 WorkflowCreated
         + 0ms #2 WorkflowStarted
-        + 0ms #3 StepScheduled step=work attempt=1
+        + 1ms #3 StepScheduled step=work attempt=1
         + 39ms #4 StepDispatched step=work attempt=1 worker_id=flaky-1
         + 5.1s #5 StepAttemptUncertain step=work attempt=1 reason=worker `flaky-1` stopped responding
         + 5.1s #6 StepScheduled step=work attempt=1 redelivery=true

@@ -75,6 +75,8 @@ fn ambiguous_write_that_applied_gets_its_normal_answer() {
     assert_eq!(r.status, 201, "{:?}", r.body);
     w.mode = Mode::Ok;
     assert_eq!(w.status("o-2"), "running");
+    // After a reload the engine re-decides on the next tick.
+    w.advance(100);
     let s = w.register("pay-1", &["payments.*"]);
     let t = w.take(&s);
     w.mode = Mode::AmbiguousApplied;

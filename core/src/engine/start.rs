@@ -159,8 +159,10 @@ impl Engine {
             },
         );
         if self.can_admit(&def.workflow) {
+            // The first steps are scheduled by the decider once the start
+            // is durable (a batch of their own), so the client's answer
+            // never waits for them.
             seq = self.push(&mut txn, &exec_id, EventKind::WorkflowStarted {});
-            self.settle(&mut txn, &exec_id);
         }
         let response = Response::ok(201, json!({"execution_id": exec_id, "created": true}));
         self.record(&mut txn, &start.idempotency, &response);

@@ -99,6 +99,9 @@ pub struct World {
     /// When set, the driver checks time only on this grid (every 100 ms in
     /// production), so wake-ups are rounded up to it.
     pub grid: Option<Millis>,
+    /// How long each write takes: the clock moves on by this much before
+    /// the store's answer is fed back.
+    pub latency: Millis,
 }
 
 impl World {
@@ -114,6 +117,7 @@ impl World {
             next_request: 0,
             appends: 0,
             grid: None,
+            latency: 0,
         }
     }
 
@@ -157,6 +161,7 @@ impl World {
                                 stale: vec![],
                             },
                         };
+                        self.now += self.latency;
                         inputs.push_back(Input::Stored {
                             batch: batch.id,
                             result,
