@@ -919,6 +919,9 @@ impl World {
         if let Err(v) = result {
             return self.fail(v);
         }
+        if let Err(v) = self.read_back() {
+            return self.fail(v);
+        }
         if let Err(v) = liveness {
             return self.fail(v);
         }
@@ -926,6 +929,33 @@ impl World {
         if let Err(v) = check::liveness::clients(&open, bound) {
             self.fail(v);
         }
+    }
+
+    /// Reads every committed execution back through the live server (no
+    /// faults, no randomness drawn) and compares it with the store.
+    fn read_back(&mut self) -> Result<(), Violation> {
+        if self.server.is_none() {
+            return Ok(());
+        }
+        let mut rows = Vec::new();
+        self.store
+            .for_each(|row, events| rows.push((row.clone(), events.to_vec())));
+        for (i, (row, events)) in rows.iter().enumerate() {
+            let id = u64::MAX - i as u64;
+            let effects = self.engine_handle(Input::Request {
+                id,
+                request: Request::GetExecution {
+                    execution_id: row.id.clone(),
+                },
+            });
+            let reply = effects.into_iter().find_map(|e| match e {
+                Effect::Reply { request, response } if request == id => Some(response),
+                _ => None,
+            });
+            let response = reply.unwrap_or_else(|| Response::error(599, "NO_REPLY", "no reply"));
+            check::durability::read_back(row, events, &response)?;
+        }
+        Ok(())
     }
 
     fn quiescent(&self) -> bool {

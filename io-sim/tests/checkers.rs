@@ -306,3 +306,27 @@ fn an_unfinished_execution_breaks_invariant_8() {
     let v = check::liveness::check("x", &h, 1000).unwrap_err();
     assert_eq!(v.invariant, Invariant::Liveness);
 }
+
+#[test]
+fn a_committed_execution_that_reads_back_differently_breaks_invariant_2() {
+    let h = history(vec![]);
+    let row = orbit_io_tokio::storage::ExecutionRow {
+        id: "x".into(),
+        workflow: "Plain".into(),
+        version: "1.0.0".into(),
+        definition_hash: "h".into(),
+        status: "running".into(),
+        parent: None,
+        input: json!({"n": 1}),
+        output: None,
+        error: None,
+        created_at: 1001,
+        updated_at: 1002,
+        last_seq: 2,
+    };
+    let ok = orbit_core::engine::Response::ok(200, json!({"status": "running"}));
+    assert!(check::durability::read_back(&row, &h, &ok).is_ok());
+    let gone = orbit_core::engine::Response::error(404, "UNKNOWN_EXECUTION", "no execution `x`");
+    let v = check::durability::read_back(&row, &h, &gone).unwrap_err();
+    assert_eq!(v.invariant, Invariant::NoLostCommits);
+}

@@ -10,14 +10,13 @@ fn passes(seed: u64, scenario: Scenario) {
     assert_eq!(report.outcome.exit_code(), 0, "{}\n{report}", report.config);
 }
 
-/// Finding 1 (engine, open): a dispatch whose poll response was lost stays
+/// Finding 1 (engine, fixed in 4a51138): a dispatch whose poll response was lost stays
 /// in flight forever when its execution is reloaded (after an `Ambiguous`
 /// commit of a later result) before the dispatch's "never received" deadline:
 /// `Engine::install` re-indexes its token with no session, and `tick()` only
 /// orphans unconfirmed tokens whose session is alive. Liveness violation:
 /// `second` stays `StepDispatched` 600 s after faults stop.
 #[test]
-#[ignore = "engine bug: finding 1 in sim-findings.md"]
 fn finding_1_reloaded_dispatch_is_never_made_uncertain_after_lost_poll_response() {
     passes(0xb, Scenario::IdempotentStarts);
 }
@@ -27,7 +26,6 @@ fn finding_1_reloaded_dispatch_is_never_made_uncertain_after_lost_poll_response(
 /// `Ambiguous` (not applied); nothing remembers the orphan afterwards, so
 /// `ship` stays `StepDispatched` forever.
 #[test]
-#[ignore = "engine bug: finding 1 in sim-findings.md"]
 fn finding_1_reloaded_dispatch_is_never_made_uncertain_after_failed_uncertain_batch() {
     passes(0x2, Scenario::CancelCompensation);
 }
@@ -35,10 +33,22 @@ fn finding_1_reloaded_dispatch_is_never_made_uncertain_after_failed_uncertain_ba
 /// Finding 1 again, on seeds of the CI sets (skipped there until fixed):
 /// each leaves a dispatched unit of a reloaded execution in flight forever.
 #[test]
-#[ignore = "engine bug: finding 1 in sim-findings.md"]
 fn finding_1_ci_seeds() {
     passes(0x2714, Scenario::IdempotentStarts);
     passes(0x2721, Scenario::IdempotentStarts);
     passes(0x272a, Scenario::IdempotentStarts);
     passes(0x178c, Scenario::StorageFaults);
+}
+
+/// Finding 2 (engine, open): after the fix of finding 1, a redelivered or
+/// first dispatch whose poll response was lost is still never made
+/// uncertain when the `StepAttemptUncertain` batch for it comes back
+/// `Ambiguous` and the execution is reloaded: the reload keeps the token
+/// with its session but does not re-arm the lost-poll clock, so nothing
+/// fires again. Liveness violation: the unit stays `StepDispatched`.
+#[test]
+#[ignore = "engine bug: finding 2 in sim-findings.md"]
+fn finding_2_lost_poll_response_dispatch_is_never_made_uncertain_after_ambiguous_reload() {
+    passes(0x2718, Scenario::IdempotentStarts);
+    passes(0x2729, Scenario::IdempotentStarts);
 }

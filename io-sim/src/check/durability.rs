@@ -110,3 +110,24 @@ pub fn check(fact: &Fact, events: &[Event]) -> Result<(), Violation> {
         _ => v,
     })
 }
+
+/// Checks that the server's answer to `GET /v1/executions/{id}` agrees with
+/// the committed row: the execution exists and has the stored status.
+pub fn read_back(
+    row: &orbit_io_tokio::storage::ExecutionRow,
+    events: &[Event],
+    response: &orbit_core::engine::Response,
+) -> Result<(), Violation> {
+    let status = response.body.get("status").and_then(|s| s.as_str());
+    if response.status == 200 && status == Some(row.status.as_str()) {
+        return Ok(());
+    }
+    Err(Violation::new(
+        Invariant::NoLostCommits,
+        format!(
+            "committed as {} but the server reads it back as {} {}",
+            row.status, response.status, response.body
+        ),
+    )
+    .in_execution(&row.id, events))
+}
