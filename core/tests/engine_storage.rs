@@ -344,3 +344,32 @@ fn a_reload_keeps_tokens_with_their_sessions() {
         w.logs("o-14")
     );
 }
+
+/// Simulation finding 2: the batch carrying `StepAttemptUncertain` for a
+/// lost poll response comes back `Ambiguous` (not applied); after the
+/// reload the dispatch must still be made uncertain.
+#[test]
+fn an_uncertain_event_lost_in_an_ambiguous_write_is_proposed_again() {
+    let mut w = World::new(Config {
+        session_timeout_ms: 1_000,
+        ..Config::default()
+    });
+    w.deploy(PAY);
+    w.start("Pay", "o-15", json!({"order_id": "o-15"}));
+    w.advance(10);
+    let s = w.register("pay-1", &["payments.*"]);
+    let _lost = w.take(&s);
+    w.at(900);
+    assert!(w.heartbeat(&s, &[]).is_empty());
+    w.mode = Mode::AmbiguousLost;
+    w.at(1_015);
+    assert!(!w.logs("o-15").contains("Uncertain"));
+    w.mode = Mode::Ok;
+    w.at(1_500);
+    assert!(
+        w.logs("o-15")
+            .contains("reason=worker `pay-1` did not receive the task"),
+        "{}",
+        w.logs("o-15")
+    );
+}

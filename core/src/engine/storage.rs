@@ -320,7 +320,9 @@ impl Engine {
     pub(super) fn install(&mut self, stored: StoredExecution) -> bool {
         let id = stored.execution_id.clone();
         // Sessions holding this execution's tokens keep holding them.
+        // So do orphaned dispatches whose uncertain event is not stored yet.
         let mut holders = Vec::new();
+        let mut orphans = Vec::new();
         if let Some(old) = self.executions.get(&id) {
             let p = old.proj.clone();
             for token in p.tokens.keys() {
@@ -328,6 +330,9 @@ impl Engine {
                     if let Some(s) = &t.session {
                         holders.push((token.clone(), s.clone(), t.confirmed));
                     }
+                }
+                if let Some(reason) = self.orphans.get(token) {
+                    orphans.push((token.clone(), reason.clone()));
                 }
             }
             self.unindex(&id, &p);
@@ -363,6 +368,11 @@ impl Engine {
             },
         );
         self.index(&id, &stored.events);
+        for (token, reason) in orphans {
+            if self.tokens.contains_key(&token) {
+                self.orphans.insert(token, reason);
+            }
+        }
         for (token, session, confirmed) in holders {
             if let Some(t) = self.tokens.get_mut(&token) {
                 t.session = Some(session.clone());
