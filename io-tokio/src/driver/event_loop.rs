@@ -2,7 +2,7 @@
 //! commits — while one transaction is being written, new batches wait and
 //! are merged into the next one; each batch gets its own storage result.
 
-use super::{convert, now_ms, Command, Committed, Metrics};
+use super::{convert, Command, Committed, Metrics};
 use crate::storage::{Storage, StorageError, Transaction};
 use orbit_core::engine::{
     Batch, Effect, Engine, Input, RequestId, Response, StorageResult, StoredExecution,
@@ -31,6 +31,7 @@ pub(super) struct EventLoop {
     wake_at: Option<Millis>,
     reloads_tx: mpsc::UnboundedSender<Vec<StoredExecution>>,
     reloads_rx: mpsc::UnboundedReceiver<Vec<StoredExecution>>,
+    clock: Arc<dyn Fn() -> Millis + Send + Sync>,
 }
 
 impl EventLoop {
@@ -41,6 +42,7 @@ impl EventLoop {
         committed: broadcast::Sender<Committed>,
         metrics: Arc<Metrics>,
         tick: Duration,
+        clock: Arc<dyn Fn() -> Millis + Send + Sync>,
     ) -> EventLoop {
         let (reloads_tx, reloads_rx) = mpsc::unbounded_channel();
         EventLoop {
@@ -57,6 +59,7 @@ impl EventLoop {
             wake_at: None,
             reloads_tx,
             reloads_rx,
+            clock,
         }
     }
 
@@ -74,7 +77,7 @@ impl EventLoop {
             }
             let wake_in = self
                 .wake_at
-                .map(|t| Duration::from_millis(t.saturating_sub(now_ms())));
+                .map(|t| Duration::from_millis(t.saturating_sub((self.clock)())));
             tokio::select! {
                 outcome = async {
                     match self.in_flight.as_mut() {
@@ -93,7 +96,7 @@ impl EventLoop {
                                 let result = StorageResult::Ambiguous {
                                     message: format!("commit task failed: {join_error}"),
                                 };
-                                let effects = self.engine.handle(now_ms(), Input::Stored { batch, result });
+                                let effects = self.engine.handle((self.clock)(), Input::Stored { batch, result });
                                 self.execute(effects);
                             }
                         }
@@ -102,12 +105,12 @@ impl EventLoop {
                 command = self.commands.recv(), if shutdown.is_none() => match command {
                     Some(Command::Request { id, request, reply }) => {
                         self.replies.insert(id, reply);
-                        let effects = self.engine.handle(now_ms(), Input::Request { id, request });
+                        let effects = self.engine.handle((self.clock)(), Input::Request { id, request });
                         self.execute(effects);
                     }
                     Some(Command::Abandon(id)) => {
                         if self.replies.remove(&id).is_some() {
-                            let effects = self.engine.handle(now_ms(), Input::Abandoned { id });
+                            let effects = self.engine.handle((self.clock)(), Input::Abandoned { id });
                             self.execute(effects);
                         }
                     }
@@ -115,7 +118,7 @@ impl EventLoop {
                     None => shutdown = shutdown.or_else(|| Some(oneshot::channel().0)),
                 },
                 Some(executions) = self.reloads_rx.recv() => {
-                    let effects = self.engine.handle(now_ms(), Input::Reloaded { executions });
+                    let effects = self.engine.handle((self.clock)(), Input::Reloaded { executions });
                     self.execute(effects);
                 }
                 _ = ticker.tick() => self.tick_engine(),
@@ -132,7 +135,7 @@ impl EventLoop {
     }
 
     fn tick_engine(&mut self) {
-        let effects = self.engine.handle(now_ms(), Input::Tick);
+        let effects = self.engine.handle((self.clock)(), Input::Tick);
         self.execute(effects);
     }
 
@@ -264,7 +267,7 @@ impl EventLoop {
         for (batch, result) in results {
             let effects = self
                 .engine
-                .handle(now_ms(), Input::Stored { batch, result });
+                .handle((self.clock)(), Input::Stored { batch, result });
             self.execute(effects);
         }
     }

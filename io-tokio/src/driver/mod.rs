@@ -64,6 +64,31 @@ pub fn now_ms() -> Millis {
         .unwrap_or(0)
 }
 
+/// Where a driver reads the time and draws new ids: the system clock and
+/// UUIDv4 by default; a simulation passes a virtual clock and seeded ids.
+#[derive(Clone)]
+pub struct Sources {
+    /// Milliseconds since the Unix epoch.
+    pub clock: Arc<dyn Fn() -> Millis + Send + Sync>,
+    /// A new identifier, never returned before.
+    pub ids: Arc<dyn Fn() -> String + Send + Sync>,
+}
+
+impl Default for Sources {
+    fn default() -> Self {
+        Sources {
+            clock: Arc::new(now_ms),
+            ids: Arc::new(|| uuid::Uuid::new_v4().to_string()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources").finish_non_exhaustive()
+    }
+}
+
 struct Shared {
     commands: mpsc::UnboundedSender<Command>,
     next_id: AtomicU64,
@@ -105,8 +130,18 @@ impl Driver {
     /// Recovers the engine from `store` (definitions, executions, live
     /// idempotency records) and spawns the event loop.
     pub async fn start(store: Arc<dyn Storage>, options: Options) -> Result<Driver, StorageError> {
+        Driver::start_with(store, options, Sources::default()).await
+    }
+
+    /// Like [`Driver::start`], reading the time and drawing ids from
+    /// `sources` instead of the system.
+    pub async fn start_with(
+        store: Arc<dyn Storage>,
+        options: Options,
+        sources: Sources,
+    ) -> Result<Driver, StorageError> {
         let started = std::time::Instant::now();
-        let now = now_ms();
+        let now = (sources.clock)();
         let definitions = store
             .load_definitions()
             .await?
@@ -137,10 +172,8 @@ impl Driver {
             .collect();
         let events: usize = executions.iter().map(|e| e.events.len()).sum();
         let execution_count = executions.len();
-        let mut engine = Engine::new(
-            options.engine.clone(),
-            Box::new(|| uuid::Uuid::new_v4().to_string()),
-        );
+        let ids = sources.ids.clone();
+        let mut engine = Engine::new(options.engine.clone(), Box::new(move || ids()));
         let initial = engine.handle(
             now,
             Input::Recover {
@@ -166,8 +199,15 @@ impl Driver {
             store: store.clone(),
             session_timeout_ms: options.engine.session_timeout_ms,
         });
-        let event_loop =
-            event_loop::EventLoop::new(engine, store, rx, committed, metrics, options.tick);
+        let event_loop = event_loop::EventLoop::new(
+            engine,
+            store,
+            rx,
+            committed,
+            metrics,
+            options.tick,
+            sources.clock,
+        );
         tokio::spawn(event_loop.run(initial));
         shared.ready.store(true, Ordering::SeqCst);
         Ok(Driver { shared })
