@@ -196,6 +196,18 @@ impl Harness {
         headers: &[(&str, &str)],
         body: &str,
     ) -> Reply {
+        self.send_bytes(method, uri, headers, body.as_bytes().to_vec())
+            .await
+    }
+
+    /// Sends raw `body` bytes with `headers`.
+    pub async fn send_bytes(
+        &self,
+        method: Method,
+        uri: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Reply {
         let mut request = Request::builder()
             .method(method)
             .uri(uri)
@@ -203,7 +215,7 @@ impl Harness {
         for (k, v) in headers {
             request = request.header(*k, *v);
         }
-        let request = request.body(Body::from(body.to_owned())).unwrap();
+        let request = request.body(Body::from(body)).unwrap();
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
