@@ -260,11 +260,16 @@ async fn metrics_count_dispatches_and_sessions() {
     s.deploy(PLAIN).await;
     let session = s.register("w-1", &["demo.*"]).await;
     s.start_plain("m-1").await;
-    let (_, text) = s.get("/metrics").await;
-    assert!(
-        text.as_str().unwrap().contains("orbit_queue_depth 1"),
-        "{text}"
-    );
+    // The first step is scheduled in a batch of its own, right after the start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, text) = s.get("/metrics").await;
+        if text.as_str().unwrap().contains("orbit_queue_depth 1") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let tasks = s.poll(&session, 2_000).await;
     let token = tasks[0]["token"].as_str().unwrap();
     s.post(
