@@ -865,3 +865,32 @@ impl Storage for PostgresStore {
         Ok(done)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_connection_during_commit_is_ambiguous() {
+        let lost = sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset by peer",
+        ));
+        assert!(matches!(commit_error(lost), StorageError::Ambiguous(_)));
+        assert!(matches!(
+            commit_error(sqlx::Error::Protocol("unexpected message".into())),
+            StorageError::Ambiguous(_)
+        ));
+        assert!(matches!(
+            commit_error(sqlx::Error::PoolTimedOut),
+            StorageError::Ambiguous(_)
+        ));
+    }
+
+    #[test]
+    fn event_types_are_the_serialised_tag() {
+        let event = crate::storage::contract::events(1, 2);
+        assert_eq!(event_type(&event[0]), "WorkflowCreated");
+        assert_eq!(event_type(&event[1]), "SignalReceived");
+    }
+}
