@@ -44,7 +44,11 @@ pub async fn start(
     State(state): State<AppState>,
     Scope(idempotency): Scope,
     Json(body): Json<StartBody>,
-) -> Response {
+) -> Result<Response, ApiError> {
+    check_name("workflow", &body.workflow, 255)?;
+    if let Some(v) = &body.version {
+        check_name("version", v, 128)?;
+    }
     let request = Request::Start(Start {
         workflow: body.workflow,
         version: body.version,
@@ -52,7 +56,17 @@ pub async fn start(
         execution_id: body.execution_id,
         idempotency,
     });
-    respond(state.driver.call(request).await)
+    Ok(respond(state.driver.call(request).await))
+}
+
+/// A name in a body: 1 to `max` bytes, no control characters.
+fn check_name(what: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    if value.is_empty() || value.len() > max || value.chars().any(char::is_control) {
+        return Err(ApiError::invalid(format!(
+            "{what} must be 1 to {max} bytes without control characters"
+        )));
+    }
+    Ok(())
 }
 
 /// One execution: status, workflow, version, hash, input, output, error,
@@ -169,8 +183,13 @@ pub async fn cancel(
     Path(id): Path<String>,
     Scope(idempotency): Scope,
     OptionalJson(body): OptionalJson<CancelBody>,
-) -> Response {
-    respond(
+) -> Result<Response, ApiError> {
+    if body.reason.as_ref().is_some_and(|r| r.len() > CANCEL_REASON_MAX) {
+        return Err(ApiError::invalid(format!(
+            "reason must be at most {CANCEL_REASON_MAX} bytes"
+        )));
+    }
+    Ok(respond(
         state
             .driver
             .call(Request::Cancel {
@@ -179,8 +198,11 @@ pub async fn cancel(
                 idempotency,
             })
             .await,
-    )
+    ))
 }
+
+/// Longest cancellation reason accepted.
+pub const CANCEL_REASON_MAX: usize = 4096;
 
 /// Query of a wait.
 #[derive(Debug, Deserialize, IntoParams)]

@@ -27,7 +27,13 @@ use utoipa::IntoParams;
 pub struct HistoryQuery {
     /// Only events with a larger seq.
     pub after_seq: Option<u64>,
+    /// At most this many events (1 to 10 000; all when absent). Page on with
+    /// `after_seq` = the last `seq` received.
+    pub limit: Option<usize>,
 }
+
+/// Largest history page a request may ask for.
+pub const HISTORY_LIMIT_MAX: usize = 10_000;
 
 /// The history, or its live stream.
 #[utoipa::path(get, path = "/v1/executions/{id}/history", params(("id" = String, Path, description = "execution id"), HistoryQuery),
@@ -43,14 +49,25 @@ pub async fn history(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/event-stream"));
+    if q.limit.is_some_and(|l| l == 0 || l > HISTORY_LIMIT_MAX) {
+        return Err(ApiError::invalid(format!(
+            "limit must be 1 to {HISTORY_LIMIT_MAX}"
+        )));
+    }
     if !wants_stream {
-        let response = state
+        let mut response = state
             .driver
             .call(Request::History {
                 execution_id: id,
                 after_seq: q.after_seq,
             })
             .await;
+        if let (Some(limit), Some(events)) = (
+            q.limit,
+            response.body.get_mut("events").and_then(|e| e.as_array_mut()),
+        ) {
+            events.truncate(limit);
+        }
         return Ok(respond(response));
     }
     // Subscribe first, then read what is already committed: nothing falls
