@@ -22,6 +22,7 @@ pub mod check;
 mod client;
 pub mod config;
 pub mod convert;
+pub mod net;
 pub mod payment;
 pub mod report;
 pub mod rng;

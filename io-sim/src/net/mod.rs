@@ -1,0 +1,56 @@
+//! The networked simulation layer: the real axum server (`server::api`) over
+//! the real io-tokio driver on the simulated store, real SDK workers and an
+//! SDK client, all hosts of one seeded turmoil simulation. Faults are
+//! network partitions that heal, held links that are released, message
+//! delay and server crashes and bounces; committed data lives in the
+//! [`SimStore`], which survives the crash. At the end the core layer's
+//! checkers run on the durable histories.
+//!
+//! Determinism: turmoil's network and the hosts' schedule come from the
+//! seed, the driver reads turmoil's virtual clock and draws ids from a
+//! seeded counter ([`Sources`]), and every id and key the client sends is
+//! derived from the seed. What remains outside the seed is tokio's
+//! `select!` branch order (seeded only under `--cfg tokio_unstable`) and the
+//! API's idempotency edge, which reads the system clock (see
+//! `docs/src/simulation/networked.md`).
+
+mod listener;
+mod scenario;
+mod transport;
+
+pub use listener::Listener;
+pub use scenario::{run, NetConfig, NetReport};
+pub use transport::TurmoilTransport;
+
+use orbit_io_tokio::driver::Sources;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The simulation's wall-clock origin: 2100-01-01T00:00:00Z. It lies after
+/// the real date so that the API's idempotency records, whose expiry the
+/// server checks against the system clock, stay live during a run.
+pub const NET_EPOCH_MS: u64 = 4_102_444_800_000;
+
+/// The driver's clock and ids for one run: turmoil's virtual time since
+/// [`NET_EPOCH_MS`] and UUID-shaped ids from `seed` and a counter shared by
+/// every incarnation of the server (so a bounce never repeats an id).
+pub fn sources(seed: u64, counter: Arc<AtomicU64>) -> Sources {
+    Sources {
+        clock: Arc::new(|| {
+            turmoil::since_epoch()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(NET_EPOCH_MS)
+        }),
+        ids: Arc::new(move || {
+            let n = counter.fetch_add(1, Ordering::Relaxed);
+            format!(
+                "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                (seed >> 32) as u32,
+                (seed >> 16) as u16,
+                seed & 0xfff,
+                (n >> 48) & 0xfff,
+                n & 0xffff_ffff_ffff
+            )
+        }),
+    }
+}

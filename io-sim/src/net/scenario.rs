@@ -1,0 +1,507 @@
+//! One networked run ([`run`]): a server host (driver + axum on the shared
+//! [`SimStore`]), SDK worker hosts and an SDK client that deploys a small
+//! workflow, starts executions and waits for each to end, while the fault
+//! schedule sampled from the seed partitions, holds, delays and crashes.
+//! The core layer's checkers then judge the durable histories.
+
+use super::{sources, Listener, TurmoilTransport, NET_EPOCH_MS};
+use crate::check::{self, durability::Fact, Invariant, Violation};
+use crate::store::SimStore;
+use orbit_core::history::Event;
+use orbit_io_tokio::driver::{Driver, Options};
+use orbit_io_tokio::storage::Storage;
+use orbit_server::api::{app, AppState};
+use orbit_server::sdk::{Backoff, Client, Error, SourceFile, StartOptions, Task, Worker};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The workflow every run deploys: two worker steps, the second fed by the
+/// first, so a completed execution `n` outputs `{"doubled": 4n}`.
+pub const WORKFLOW: &str = r#"task "net.double" version "1.0.0" {
+    input  { n: Int }
+    output { doubled: Int }
+}
+
+workflow Net version "1.0.0" {
+    input { n: Int }
+
+    step first {
+        worker "net.double"
+        with { n: input.n }
+    }
+
+    step second {
+        worker "net.double"
+        with { n: first.doubled }
+    }
+
+    output { doubled: second.doubled }
+}
+"#;
+
+const SERVER: &str = "server";
+const SERVER_ADDR: &str = "server:7373";
+
+/// One scheduled change of the network or of the server host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Cut the link between a worker and the server (messages dropped).
+    Partition(String),
+    /// Heal it.
+    Repair(String),
+    /// Hold the link's messages (delivered on release).
+    Hold(String),
+    /// Release them.
+    Release(String),
+    /// Kill the server host; committed data stays in the store.
+    Crash,
+    /// Start the server host again (recovery from the store).
+    Bounce,
+}
+
+/// A run's parameters, all drawn from its seed.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// The seed.
+    pub seed: u64,
+    /// Executions the client starts.
+    pub executions: u32,
+    /// SDK worker hosts.
+    pub workers: u32,
+    /// Upper bound of the per-message network delay, in ms.
+    pub max_latency_ms: u64,
+    /// The engine's session timeout, in ms.
+    pub session_timeout_ms: u64,
+    /// Virtual time during which faults strike, in ms.
+    pub safety_ms: u64,
+    /// Virtual time allowed after the last fault for everything to finish.
+    pub liveness_ms: u64,
+    /// The fault schedule: (virtual ms, action), in time order; every
+    /// fault is undone before `safety_ms`.
+    pub schedule: Vec<(u64, Action)>,
+}
+
+impl NetConfig {
+    /// Samples a configuration from `seed`.
+    pub fn sample(seed: u64) -> NetConfig {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6e65_745f_7369_6d00);
+        let workers = rng.random_range(1..=3u32);
+        let safety_ms = 20_000;
+        let mut schedule = Vec::new();
+        for _ in 0..rng.random_range(1..=3u32) {
+            let worker = format!("worker-{}", rng.random_range(0..workers));
+            let at = rng.random_range(500..safety_ms - 6_000);
+            let until = at + rng.random_range(500..5_000);
+            if rng.random_bool(0.5) {
+                schedule.push((at, Action::Partition(worker.clone())));
+                schedule.push((until, Action::Repair(worker)));
+            } else {
+                schedule.push((at, Action::Hold(worker.clone())));
+                schedule.push((until, Action::Release(worker)));
+            }
+        }
+        for _ in 0..rng.random_range(1..=2u32) {
+            let at = rng.random_range(300..safety_ms - 3_000);
+            schedule.push((at, Action::Crash));
+            schedule.push((at + rng.random_range(0..2_000), Action::Bounce));
+        }
+        // A crash inside another crash's downtime would be a no-op; keep the
+        // schedule well-formed by dropping overlapping server faults.
+        schedule.sort_by_key(|(at, _)| *at);
+        let mut down = false;
+        schedule.retain(|(_, a)| match a {
+            Action::Crash if down => false,
+            Action::Crash => {
+                down = true;
+                true
+            }
+            Action::Bounce if !down => false,
+            Action::Bounce => {
+                down = false;
+                true
+            }
+            _ => true,
+        });
+        NetConfig {
+            seed,
+            executions: rng.random_range(3..=8),
+            workers,
+            max_latency_ms: rng.random_range(1..=50),
+            session_timeout_ms: 5_000,
+            safety_ms,
+            liveness_ms: 60_000,
+            schedule,
+        }
+    }
+}
+
+impl fmt::Display for NetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed={:#x} executions={} workers={} max_latency_ms={} session_timeout_ms={} safety_ms={} liveness_ms={} faults=[",
+            self.seed,
+            self.executions,
+            self.workers,
+            self.max_latency_ms,
+            self.session_timeout_ms,
+            self.safety_ms,
+            self.liveness_ms
+        )?;
+        for (i, (at, a)) in self.schedule.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{at}ms {a:?}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+/// What a run found.
+#[derive(Debug, Clone)]
+pub struct NetReport {
+    /// The configuration (print it first: it names the seed).
+    pub config: NetConfig,
+    /// Broken invariants, first found first.
+    pub violations: Vec<Violation>,
+    /// turmoil's verdict: an error when a host failed or the client did
+    /// not finish within the simulated duration.
+    pub sim_error: Option<String>,
+    /// FNV-1a hash of every durable history and the client's observations.
+    pub trace_hash: u64,
+    /// Virtual time the run took, in ms.
+    pub virtual_ms: u64,
+    /// Executions that ended `completed` with the expected output.
+    pub completed: u32,
+    /// Faults applied, by kind.
+    pub faults: BTreeMap<&'static str, u32>,
+}
+
+impl NetReport {
+    /// Whether the run passed.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.sim_error.is_none()
+    }
+}
+
+impl fmt::Display for NetReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.config)?;
+        writeln!(
+            f,
+            "{} in {} virtual ms: {}/{} completed, faults {:?}, trace {:016x}",
+            if self.passed() { "PASS" } else { "FAIL" },
+            self.virtual_ms,
+            self.completed,
+            self.config.executions,
+            self.faults,
+            self.trace_hash
+        )?;
+        if let Some(e) = &self.sim_error {
+            writeln!(f, "simulation error: {e}")?;
+        }
+        for v in &self.violations {
+            write!(f, "{v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the client host saw, shared with the runner.
+#[derive(Debug, Default)]
+struct Observed {
+    facts: Vec<Fact>,
+    /// (execution, final status, output) as the client read them.
+    finals: Vec<(String, String, serde_json::Value)>,
+}
+
+fn retryable(e: &Error) -> bool {
+    e.status().is_none_or(|s| s == 429 || s >= 500)
+}
+
+/// Runs `config` and checks the invariants.
+pub fn run(config: NetConfig) -> NetReport {
+    let seed = config.seed;
+    let store = Arc::new(SimStore::new());
+    let observed = Arc::new(Mutex::new(Observed::default()));
+    let mut builder = turmoil::Builder::new();
+    builder
+        .rng_seed(seed)
+        .epoch(UNIX_EPOCH + Duration::from_millis(NET_EPOCH_MS))
+        .simulation_duration(Duration::from_millis(config.safety_ms + config.liveness_ms))
+        .tick_duration(Duration::from_millis(5))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(config.max_latency_ms.max(1)));
+    let mut sim = builder.build();
+
+    let counter = Arc::new(AtomicU64::new(1));
+    {
+        let store = store.clone();
+        let options = Options {
+            engine: orbit_core::engine::Config {
+                session_timeout_ms: config.session_timeout_ms,
+                ..orbit_core::engine::Config::default()
+            },
+            ..Options::default()
+        };
+        sim.host(SERVER, move || {
+            let store: Arc<dyn Storage> = store.clone();
+            let sources = sources(seed, counter.clone());
+            let options = options.clone();
+            async move {
+                let driver = Driver::start_with(store, options, sources).await?;
+                let listener = Listener::bind("0.0.0.0:7373").await?;
+                axum::serve(listener, app(AppState::new(driver))).await?;
+                Ok(())
+            }
+        });
+    }
+
+    for w in 0..config.workers {
+        let name = format!("worker-{w}");
+        let host = name.clone();
+        sim.host(host.as_str(), move || {
+            let name = name.clone();
+            async move {
+                let worker = Worker::builder(name)
+                    .poll_wait(Duration::from_secs(2))
+                    .backoff(Backoff {
+                        initial: Duration::from_millis(100),
+                        factor: 2.0,
+                        max: Duration::from_secs(2),
+                    })
+                    .handler("net.double", |task: Task| async move {
+                        let n = task.input["n"].as_i64().unwrap_or(0);
+                        let work = 20 + n.unsigned_abs() % 7 * 30;
+                        tokio::time::sleep(Duration::from_millis(work)).await;
+                        Ok(json!({ "doubled": n * 2 }))
+                    })
+                    .build(Arc::new(TurmoilTransport::new(SERVER_ADDR)));
+                worker.run(std::future::pending::<()>()).await?;
+                Ok(())
+            }
+        });
+    }
+
+    {
+        let observed = observed.clone();
+        let executions = config.executions;
+        sim.client("client", async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636c_6965_6e74);
+            let client = Client::with_transport(Arc::new(TurmoilTransport::new(SERVER_ADDR)))
+                .with_retries(4, Backoff::CLIENT);
+            let files = [SourceFile {
+                filename: "net.orbit".into(),
+                source: WORKFLOW.into(),
+            }];
+            loop {
+                match client
+                    .deploy_with_key(&files, Some(format!("deploy-{seed:x}")))
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e) if retryable(&e) => tokio::time::sleep(Duration::from_millis(300)).await,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let ids: Vec<String> = (0..executions)
+                .map(|i| format!("net-{seed:x}-{i}"))
+                .collect();
+            for (i, id) in ids.iter().enumerate() {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..1_500))).await;
+                let options = StartOptions {
+                    execution_id: Some(id.clone()),
+                    idempotency_key: Some(format!("start-{seed:x}-{i}")),
+                    ..StartOptions::new("Net", json!({ "n": i }))
+                };
+                loop {
+                    match client.start(options.clone()).await {
+                        Ok(started) => {
+                            let mut o = observed.lock().unwrap_or_else(|e| e.into_inner());
+                            o.facts.push(Fact::Created {
+                                execution: started.execution_id,
+                            });
+                            break;
+                        }
+                        Err(e) if retryable(&e) => {
+                            tokio::time::sleep(Duration::from_millis(300)).await
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            for id in &ids {
+                loop {
+                    match client.wait(id, Duration::from_secs(5)).await {
+                        Ok(e) if e.status.is_terminal() => {
+                            let status = serde_json::to_value(e.status)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default();
+                            let mut o = observed.lock().unwrap_or_else(|e| e.into_inner());
+                            o.finals.push((id.clone(), status, e.output));
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) if retryable(&e) => {
+                            tokio::time::sleep(Duration::from_millis(300)).await
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+
+    let mut faults: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut snapshots: Vec<(String, Vec<Event>)> = Vec::new();
+    let mut schedule = config.schedule.iter().peekable();
+    let mut sim_error = None;
+    loop {
+        let now = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
+        while let Some((_, action)) = schedule.next_if(|(at, _)| *at <= now) {
+            match action {
+                Action::Partition(w) => sim.partition(w.as_str(), SERVER),
+                Action::Repair(w) => sim.repair(w.as_str(), SERVER),
+                Action::Hold(w) => sim.hold(w.as_str(), SERVER),
+                Action::Release(w) => sim.release(w.as_str(), SERVER),
+                Action::Crash => {
+                    // What is committed now must still be there at the end.
+                    snapshots.extend(store.all().into_iter().map(|e| (e.row.id, e.events)));
+                    store.crash();
+                    sim.crash(SERVER);
+                }
+                Action::Bounce => sim.bounce(SERVER),
+            }
+            *faults.entry(kind(action)).or_default() += 1;
+        }
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                sim_error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let virtual_ms = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
+    drop(sim);
+
+    let observed = std::mem::take(&mut *observed.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut violations = Vec::new();
+    let all = store.all();
+    let histories: BTreeMap<&str, &[Event]> = all
+        .iter()
+        .map(|e| (e.row.id.as_str(), e.events.as_slice()))
+        .collect();
+    let empty: &[Event] = &[];
+    for e in &all {
+        if let Err(v) = check::history(&e.row.id, &e.events, None) {
+            violations.push(v);
+        }
+        if let Err(v) = check::determinism::check(&e.row, &e.events, None) {
+            violations.push(v);
+        }
+        if let Err(v) = check::liveness::check(&e.row.id, &e.events, config.liveness_ms) {
+            violations.push(v);
+        }
+    }
+    for fact in &observed.facts {
+        let events = histories.get(fact.execution()).copied().unwrap_or(empty);
+        if let Err(v) = check::durability::check(fact, events) {
+            violations.push(v);
+        }
+    }
+    for (id, before) in &snapshots {
+        let now = histories.get(id.as_str()).copied().unwrap_or(empty);
+        if now.len() < before.len() || now[..before.len()] != before[..] {
+            violations.push(
+                Violation::new(
+                    Invariant::NoLostCommits,
+                    format!(
+                        "{} events were committed before a server crash; the store now holds {} that do not extend them",
+                        before.len(),
+                        now.len()
+                    ),
+                )
+                .in_execution(id, now),
+            );
+        }
+    }
+    let mut completed = 0;
+    for i in 0..config.executions {
+        let id = format!("net-{seed:x}-{i}");
+        let expected = json!({ "doubled": 4 * i64::from(i) });
+        match observed.finals.iter().find(|(x, _, _)| *x == id) {
+            Some((_, status, output)) if status == "completed" && *output == expected => {
+                completed += 1
+            }
+            Some((_, status, output)) => violations.push(Violation::new(
+                Invariant::Liveness,
+                format!("{id} ended {status} with {output}, expected completed with {expected}"),
+            )),
+            None => {
+                let events = histories.get(id.as_str()).copied().unwrap_or(empty);
+                violations.push(
+                    Violation::new(
+                        Invariant::Liveness,
+                        format!(
+                            "the client never saw {id} end within {} ms after the faults",
+                            config.liveness_ms
+                        ),
+                    )
+                    .in_execution(&id, events),
+                );
+            }
+        }
+    }
+    let mut hash = Fnv::default();
+    for e in &all {
+        hash.write(format!("{:?}|{:?}\n", e.row, e.events).as_bytes());
+    }
+    hash.write(format!("{:?}|{:?}|{virtual_ms}", observed.facts, observed.finals).as_bytes());
+    NetReport {
+        config,
+        violations,
+        sim_error,
+        trace_hash: hash.0,
+        virtual_ms,
+        completed,
+        faults,
+    }
+}
+
+fn kind(action: &Action) -> &'static str {
+    match action {
+        Action::Partition(_) => "partition",
+        Action::Repair(_) => "repair",
+        Action::Hold(_) => "hold",
+        Action::Release(_) => "release",
+        Action::Crash => "crash",
+        Action::Bounce => "bounce",
+    }
+}
+
+/// FNV-1a, 64 bits: stable across processes and Rust versions.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
