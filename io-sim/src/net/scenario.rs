@@ -92,12 +92,12 @@ impl NetConfig {
     pub fn sample(seed: u64) -> NetConfig {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6e65_745f_7369_6d00);
         let workers = rng.random_range(1..=3u32);
-        let safety_ms = 20_000;
+        let safety_ms = 12_000;
         let mut schedule = Vec::new();
         for _ in 0..rng.random_range(1..=3u32) {
             let worker = format!("worker-{}", rng.random_range(0..workers));
             let at = rng.random_range(500..safety_ms - 6_000);
-            let until = at + rng.random_range(500..5_000);
+            let until = at + rng.random_range(500..5_500);
             if rng.random_bool(0.5) {
                 schedule.push((at, Action::Partition(worker.clone())));
                 schedule.push((until, Action::Repair(worker)));
@@ -291,7 +291,9 @@ pub fn run(config: NetConfig) -> NetReport {
     {
         let observed = observed.clone();
         let executions = config.executions;
+        let safety_ms = config.safety_ms;
         sim.client("client", async move {
+            let began = tokio::time::Instant::now();
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636c_6965_6e74);
             let client = Client::with_transport(Arc::new(TurmoilTransport::new(SERVER_ADDR)))
                 .with_retries(4, Backoff::CLIENT);
@@ -312,8 +314,13 @@ pub fn run(config: NetConfig) -> NetReport {
             let ids: Vec<String> = (0..executions)
                 .map(|i| format!("net-{seed:x}-{i}"))
                 .collect();
-            for (i, id) in ids.iter().enumerate() {
-                tokio::time::sleep(Duration::from_millis(rng.random_range(0..1_500))).await;
+            // Starts are spread over the fault window, so faults meet work.
+            let mut offsets: Vec<u64> = (0..executions)
+                .map(|_| rng.random_range(0..safety_ms.saturating_sub(3_000).max(1)))
+                .collect();
+            offsets.sort_unstable();
+            for ((i, id), offset) in ids.iter().enumerate().zip(offsets) {
+                tokio::time::sleep_until(began + Duration::from_millis(offset)).await;
                 let options = StartOptions {
                     execution_id: Some(id.clone()),
                     idempotency_key: Some(format!("start-{seed:x}-{i}")),
@@ -338,7 +345,22 @@ pub fn run(config: NetConfig) -> NetReport {
             for id in &ids {
                 loop {
                     match client.wait(id, Duration::from_secs(5)).await {
-                        Ok(e) if e.status.is_terminal() => {
+                        Ok(e) if e.status.is_terminal() => break,
+                        Ok(_) => {}
+                        Err(e) if retryable(&e) => {
+                            tokio::time::sleep(Duration::from_millis(300)).await
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            // Once every fault is undone, read each execution back through
+            // the (possibly restarted) server: what ended must stay ended.
+            tokio::time::sleep_until(began + Duration::from_millis(safety_ms + 500)).await;
+            for id in &ids {
+                loop {
+                    match client.get(id).await {
+                        Ok(e) => {
                             let status = serde_json::to_value(e.status)
                                 .ok()
                                 .and_then(|v| v.as_str().map(str::to_owned))
@@ -347,7 +369,6 @@ pub fn run(config: NetConfig) -> NetReport {
                             o.finals.push((id.clone(), status, e.output));
                             break;
                         }
-                        Ok(_) => {}
                         Err(e) if retryable(&e) => {
                             tokio::time::sleep(Duration::from_millis(300)).await
                         }
