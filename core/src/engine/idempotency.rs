@@ -8,6 +8,9 @@ use super::input::{IdempotencyScope, Request, RequestId};
 use super::txn::Txn;
 use super::Engine;
 
+/// Smallest table size at which expired records are swept.
+pub(super) const IDEM_SWEEP_MIN: usize = 1024;
+
 /// What to do with a creating request before running it.
 pub(super) enum Gate {
     /// Run it.
@@ -27,6 +30,7 @@ impl Engine {
         let Some(scope) = scope else {
             return Gate::Proceed;
         };
+        self.sweep_idempotency();
         if self.idem_inflight.contains_key(&scope.key) {
             self.idem_waiting
                 .entry(scope.key.clone())
@@ -59,6 +63,17 @@ impl Engine {
             }
             None => Gate::Proceed,
         }
+    }
+
+    /// Forgets expired records once the table has doubled since the last
+    /// sweep (amortized O(1) per request; the store purges its own copy).
+    fn sweep_idempotency(&mut self) {
+        if self.idempotency.len() < self.idem_sweep_at {
+            return;
+        }
+        let now = self.now;
+        self.idempotency.retain(|_, r| r.expires_at > now);
+        self.idem_sweep_at = (self.idempotency.len() * 2).max(IDEM_SWEEP_MIN);
     }
 
     /// Records a 2xx answer in `txn` (nothing for other statuses).

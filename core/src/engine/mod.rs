@@ -38,6 +38,7 @@ use crate::history::Millis;
 use state::{Exec, ParkedPoll, ParkedWait, Queued, Session, TokenRef};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use idempotency::IDEM_SWEEP_MIN;
 use txn::Txn;
 
 /// How often time-based rules are checked at most (`runtime.md`: every
@@ -114,6 +115,8 @@ pub struct Engine {
     idempotency: BTreeMap<String, IdempotencyRecord>,
     idem_inflight: BTreeMap<String, BatchId>,
     idem_waiting: BTreeMap<String, Vec<(RequestId, Request)>>,
+    /// Size of `idempotency` at which expired records are next swept out.
+    idem_sweep_at: usize,
     recovery_until: Option<Millis>,
     soon: BTreeSet<String>,
     admit_needed: bool,
@@ -152,6 +155,7 @@ impl Engine {
             idempotency: BTreeMap::new(),
             idem_inflight: BTreeMap::new(),
             idem_waiting: BTreeMap::new(),
+            idem_sweep_at: IDEM_SWEEP_MIN,
             recovery_until: None,
             soon: BTreeSet::new(),
             admit_needed: false,
