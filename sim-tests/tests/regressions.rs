@@ -1,7 +1,7 @@
 //! Regression seeds: every failure the simulator found, kept with a header
 //! explaining the bug. Seeds of bugs not fixed yet are `#[ignore]`d (run
 //! them with `cargo test -p orbit-sim-tests --test regressions -- --ignored`)
-//! and written up in the findings file of the simulation brief.
+//! and skipped by the scenario tests (`KNOWN_ENGINE_BUGS`) until fixed.
 
 use orbit_io_sim::{run, Scenario};
 
@@ -40,14 +40,13 @@ fn finding_1_ci_seeds() {
     passes(0x178c, Scenario::StorageFaults);
 }
 
-/// Finding 2 (engine, open): after the fix of finding 1, a redelivered or
+/// Finding 2 (engine, fixed in 7f531d1): after the fix of finding 1, a redelivered or
 /// first dispatch whose poll response was lost is still never made
 /// uncertain when the `StepAttemptUncertain` batch for it comes back
 /// `Ambiguous` and the execution is reloaded: the reload keeps the token
 /// with its session but does not re-arm the lost-poll clock, so nothing
 /// fires again. Liveness violation: the unit stays `StepDispatched`.
 #[test]
-#[ignore = "engine bug: finding 2 in sim-findings.md"]
 fn finding_2_lost_poll_response_dispatch_is_never_made_uncertain_after_ambiguous_reload() {
     passes(0x2718, Scenario::IdempotentStarts);
     passes(0x2729, Scenario::IdempotentStarts);

@@ -8,16 +8,10 @@ use orbit_sim_tests::{assert_seeds_pass, ci_seeds};
 /// Seeds per scenario in CI (debug builds run about 20 seeds a second).
 const SEEDS: u64 = 30;
 
-/// Seeds that fail because of engine bugs written up in
-/// `/work/briefs/sim-findings.md`; each is kept as an ignored regression
-/// test in `tests/regressions.rs` and skipped here until the engine is
-/// fixed.
-const KNOWN_ENGINE_BUGS: &[(Scenario, u64)] = &[
-    // Finding 2: a lost-poll dispatch whose uncertain batch was ambiguous
-    // is never made uncertain again after the reload.
-    (Scenario::IdempotentStarts, 0x2718),
-    (Scenario::IdempotentStarts, 0x2729),
-];
+/// Seeds that fail because of known, not yet fixed engine bugs; each is
+/// kept as an ignored regression test in `tests/regressions.rs` and skipped
+/// here until the engine is fixed. (Findings 1 and 2 are fixed: empty.)
+const KNOWN_ENGINE_BUGS: &[(Scenario, u64)] = &[];
 
 fn run(scenario: Scenario, base: u64) {
     let seeds: Vec<u64> = ci_seeds(base, SEEDS)
