@@ -356,3 +356,21 @@ async fn a_database_outage_fails_requests_cleanly_and_the_server_carries_on() {
     worker.abort();
     serving.abort();
 }
+
+#[test]
+fn an_unreachable_postgres_url_is_a_clear_start_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_orbit"))
+        .args([
+            "server",
+            "--db",
+            "postgres://nobody@127.0.0.1:1/none",
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("storage"), "{stderr}");
+}
