@@ -1,5 +1,5 @@
 //! Storage: the trait the driver commits through, the records it speaks in,
-//! and the backends (SQLite today). A commit is a [`Transaction`] given as
+//! and the backends (SQLite, PostgreSQL). A commit is a [`Transaction`] given as
 //! data; the store applies all of it atomically or none of it, and answers
 //! with one of the outcomes of [`StorageError`] when it cannot.
 
@@ -41,8 +41,8 @@ pub enum StorageError {
 
 /// A durable store of definitions, histories and execution projections.
 ///
-/// Implementations: [`SqliteStore`]; the simulation's store and PostgreSQL
-/// implement the same trait and pass the same [`contract`] suite.
+/// Implementations: [`SqliteStore`], [`PostgresStore`]; the simulation's
+/// store implements the same trait, and all pass the same [`contract`] suite.
 #[async_trait]
 pub trait Storage: Send + Sync {
     /// Applies `tx` atomically: every part of it, or nothing.
