@@ -4,7 +4,9 @@
 //! with `ORBIT_SEED=<seed> cargo test -p orbit-sim-tests --test net_turmoil`.
 #![allow(clippy::unwrap_used)]
 
+use orbit_io_sim::check::Invariant;
 use orbit_io_sim::net::{run, NetConfig};
+use orbit_io_sim::store::StoreBug;
 
 /// The CI seeds, or the one in `ORBIT_SEED`.
 fn seeds() -> Vec<u64> {
@@ -55,4 +57,22 @@ fn net_same_seed_gives_the_same_trace_hash() {
     println!("{a}{b}");
     assert_eq!(a.trace_hash, b.trace_hash, "seed {seed:#x}");
     assert_eq!(a.virtual_ms, b.virtual_ms, "seed {seed:#x}");
+}
+
+#[test]
+fn net_catches_a_store_that_loses_its_last_commit_on_crash() {
+    let caught = (1..=3).any(|seed| {
+        let mut config = NetConfig::sample(seed);
+        config.store_bug = StoreBug::LoseLastCommitOnCrash;
+        let report = run(config);
+        println!("{report}");
+        report
+            .violations
+            .iter()
+            .any(|v| v.invariant == Invariant::NoLostCommits)
+    });
+    assert!(
+        caught,
+        "a store dropping its last commit on crash went unnoticed in 3 seeds"
+    );
 }

@@ -6,7 +6,7 @@
 
 use super::{sources, Listener, TurmoilTransport, NET_EPOCH_MS};
 use crate::check::{self, durability::Fact, Invariant, Violation};
-use crate::store::SimStore;
+use crate::store::{SimStore, StoreBug};
 use orbit_core::history::Event;
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::Storage;
@@ -85,6 +85,8 @@ pub struct NetConfig {
     /// The fault schedule: (virtual ms, action), in time order; every
     /// fault is undone before `safety_ms`.
     pub schedule: Vec<(u64, Action)>,
+    /// A planted store bug (for the tests proving the checks have teeth).
+    pub store_bug: StoreBug,
 }
 
 impl NetConfig {
@@ -137,6 +139,7 @@ impl NetConfig {
             safety_ms,
             liveness_ms: 60_000,
             schedule,
+            store_bug: StoreBug::None,
         }
     }
 }
@@ -227,7 +230,7 @@ fn retryable(e: &Error) -> bool {
 /// Runs `config` and checks the invariants.
 pub fn run(config: NetConfig) -> NetReport {
     let seed = config.seed;
-    let store = Arc::new(SimStore::new());
+    let store = Arc::new(SimStore::with_bug(config.store_bug));
     let observed = Arc::new(Mutex::new(Observed::default()));
     let mut builder = turmoil::Builder::new();
     builder
