@@ -38,6 +38,11 @@ fn net_seeds_hold_the_invariants_under_network_and_crash_faults() {
             "{report}"
         );
         assert_eq!(report.completed, report.config.executions, "{report}");
+        // Each execution: its start, and at least its two tasks handed out.
+        assert!(
+            report.facts >= 3 * report.config.executions as usize,
+            "{report}"
+        );
     }
 }
 

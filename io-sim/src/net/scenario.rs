@@ -11,7 +11,9 @@ use orbit_core::history::Event;
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::Storage;
 use orbit_server::api::{app, AppState};
-use orbit_server::sdk::{Backoff, Client, Error, SourceFile, StartOptions, Task, Worker};
+use orbit_server::sdk::{
+    Backoff, Client, Error, SourceFile, StartOptions, Task, TaskError, Worker,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
@@ -183,6 +185,9 @@ pub struct NetReport {
     pub completed: u32,
     /// Faults applied, by kind.
     pub faults: BTreeMap<&'static str, u32>,
+    /// Acknowledged facts (starts answered, tasks handed out) checked
+    /// against the durable histories.
+    pub facts: usize,
 }
 
 impl NetReport {
@@ -197,11 +202,12 @@ impl fmt::Display for NetReport {
         writeln!(f, "{}", self.config)?;
         writeln!(
             f,
-            "{} in {} virtual ms: {}/{} completed, faults {:?}, trace {:016x}",
+            "{} in {} virtual ms: {}/{} completed, {} facts checked, faults {:?}, trace {:016x}",
             if self.passed() { "PASS" } else { "FAIL" },
             self.virtual_ms,
             self.completed,
             self.config.executions,
+            self.facts,
             self.faults,
             self.trace_hash
         )?;
@@ -221,6 +227,14 @@ struct Observed {
     facts: Vec<Fact>,
     /// (execution, final status, output) as the client read them.
     finals: Vec<(String, String, serde_json::Value)>,
+}
+
+/// The `net.double` handler: a little virtual work, then `2n`.
+async fn handle(task: Task) -> Result<serde_json::Value, TaskError> {
+    let n = task.input["n"].as_i64().unwrap_or(0);
+    let work = 20 + n.unsigned_abs() % 7 * 30;
+    tokio::time::sleep(Duration::from_millis(work)).await;
+    Ok(json!({ "doubled": n * 2 }))
 }
 
 fn retryable(e: &Error) -> bool {
@@ -268,8 +282,10 @@ pub fn run(config: NetConfig) -> NetReport {
     for w in 0..config.workers {
         let name = format!("worker-{w}");
         let host = name.clone();
+        let observed = observed.clone();
         sim.host(host.as_str(), move || {
             let name = name.clone();
+            let observed = observed.clone();
             async move {
                 let worker = Worker::builder(name)
                     .poll_wait(Duration::from_secs(2))
@@ -278,11 +294,18 @@ pub fn run(config: NetConfig) -> NetReport {
                         factor: 2.0,
                         max: Duration::from_secs(2),
                     })
-                    .handler("net.double", |task: Task| async move {
-                        let n = task.input["n"].as_i64().unwrap_or(0);
-                        let work = 20 + n.unsigned_abs() % 7 * 30;
-                        tokio::time::sleep(Duration::from_millis(work)).await;
-                        Ok(json!({ "doubled": n * 2 }))
+                    .handler("net.double", move |task: Task| {
+                        // A task in hand was handed out: it must be durable.
+                        observed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .facts
+                            .push(Fact::Dispatched {
+                                execution: task.execution_id.clone(),
+                                unit: task.step_id.clone(),
+                                token: task.token.clone(),
+                            });
+                        handle(task)
                     })
                     .build(Arc::new(TurmoilTransport::new(SERVER_ADDR)));
                 worker.run(std::future::pending::<()>()).await?;
@@ -498,6 +521,7 @@ pub fn run(config: NetConfig) -> NetReport {
         virtual_ms,
         completed,
         faults,
+        facts: observed.facts.len(),
     }
 }
 
