@@ -232,7 +232,7 @@ struct Observed {
 /// The `net.double` handler: a little virtual work, then `2n`.
 async fn handle(task: Task) -> Result<serde_json::Value, TaskError> {
     let n = task.input["n"].as_i64().unwrap_or(0);
-    let work = 20 + n.unsigned_abs() % 7 * 30;
+    let work = 300 + n.unsigned_abs() % 7 * 300;
     tokio::time::sleep(Duration::from_millis(work)).await;
     Ok(json!({ "doubled": n * 2 }))
 }
