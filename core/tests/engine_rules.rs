@@ -282,3 +282,50 @@ fn cancel_does_not_withdraw_a_redelivery() {
     w.succeed(&undo.token, json!({}));
     assert_eq!(w.status("rd"), "cancelled");
 }
+
+const LOOSE: &str = r#"
+task "demo.work" version "1.0.0" {
+    input { n: Int }
+    output { v: Int }
+}
+
+workflow Loose version "1.0.0" {
+    input { raw: Json }
+    step work {
+        worker "demo.work"
+        with { n: input.raw }
+    }
+}
+"#;
+
+#[test]
+fn a_json_task_input_is_held_to_the_contract_before_any_worker_sees_it() {
+    let mut w = World::default_world();
+    assert_eq!(w.deploy(LOOSE).status, 200);
+    w.start("Loose", "bad", json!({"raw": "seven"}));
+    assert_logs(
+        &w.logs("bad"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 StepFailed step=work code=EXPRESSION_ERROR
+        + 0ms #4 WorkflowFailed code=EXPRESSION_ERROR step=work
+        ",
+    );
+    let err = w.engine.projection("bad").unwrap().error.clone().unwrap();
+    assert!(
+        err.message.contains("violates its contract"),
+        "{}",
+        err.message
+    );
+
+    // A Json value that satisfies the contract is normalized and delivered;
+    // a workflow without an `output` block completes with `{}`.
+    w.start("Loose", "good", json!({"raw": 7.0}));
+    let s = w.register("w", &["demo.*"]);
+    let t = w.take(&s);
+    assert_eq!(t.input, json!({"n": 7}));
+    w.succeed(&t.token, json!({"v": 1}));
+    assert_eq!(w.status("good"), "completed");
+    assert_eq!(w.engine.projection("good").unwrap().output, Some(json!({})));
+}

@@ -228,9 +228,22 @@ pub fn task_event(
         step: unit.to_string(),
         error: expression_error(message),
     };
+    let contract = wf.tasks.get(&call.task);
     let input = match eval_in(&call.input, p, steps, vars) {
         Ok(v) => v,
         Err(e) => return failed(e),
+    };
+    // A `Json` value inside `with` is only known at run time: hold the task's
+    // input to its contract before any worker sees it.
+    let input = match contract.map(|c| crate::eval::check_value(&c.input, &input)) {
+        None => input,
+        Some(Ok(checked)) => checked,
+        Some(Err(violation)) => {
+            return failed(format!(
+                "the input of task `{}` violates its contract: {violation}",
+                call.task
+            ))
+        }
     };
     let default_key = format!("{}/{}", p.execution_id, unit);
     let key = match &call.idempotency_key {
@@ -249,11 +262,7 @@ pub fn task_event(
         input,
         idempotency_key: key,
         task: call.task.clone(),
-        contract_version: wf
-            .tasks
-            .get(&call.task)
-            .map(|t| t.version.clone())
-            .unwrap_or_default(),
+        contract_version: contract.map(|t| t.version.clone()).unwrap_or_default(),
     }
 }
 
@@ -261,7 +270,8 @@ pub fn task_event(
 fn complete(cx: &Context, p: &Projection, d: &mut Decision) {
     let outputs = step_outputs(cx.workflow, p, None);
     let result = match &cx.workflow.output {
-        None => Ok(Value::Null),
+        // Without an `output` block a workflow's output is the empty record.
+        None => Ok(Value::Object(serde_json::Map::new())),
         Some(expr) => eval_in(expr, p, &outputs, &BTreeMap::new()),
     };
     match result {
