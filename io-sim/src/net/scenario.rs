@@ -96,12 +96,12 @@ impl NetConfig {
     pub fn sample(seed: u64) -> NetConfig {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6e65_745f_7369_6d00);
         let workers = rng.random_range(1..=3u32);
-        let safety_ms = 12_000;
+        let safety_ms = 16_000;
         let mut schedule = Vec::new();
         for _ in 0..rng.random_range(1..=3u32) {
             let worker = format!("worker-{}", rng.random_range(0..workers));
-            let at = rng.random_range(500..safety_ms - 6_000);
-            let until = at + rng.random_range(500..5_500);
+            let at = rng.random_range(500..safety_ms - 9_500);
+            let until = at + rng.random_range(500..9_000);
             if rng.random_bool(0.5) {
                 schedule.push((at, Action::Partition(worker.clone())));
                 schedule.push((until, Action::Repair(worker)));
