@@ -35,10 +35,10 @@ pub use ids::{CountingIds, IdSource};
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
 
 use crate::history::Millis;
+use idempotency::IDEM_SWEEP_MIN;
 use state::{Exec, ParkedPoll, ParkedWait, Queued, Session, TokenRef};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use idempotency::IDEM_SWEEP_MIN;
 use txn::Txn;
 
 /// How often time-based rules are checked at most (`runtime.md`: every

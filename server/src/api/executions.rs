@@ -184,7 +184,11 @@ pub async fn cancel(
     Scope(idempotency): Scope,
     OptionalJson(body): OptionalJson<CancelBody>,
 ) -> Result<Response, ApiError> {
-    if body.reason.as_ref().is_some_and(|r| r.len() > CANCEL_REASON_MAX) {
+    if body
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.len() > CANCEL_REASON_MAX)
+    {
         return Err(ApiError::invalid(format!(
             "reason must be at most {CANCEL_REASON_MAX} bytes"
         )));

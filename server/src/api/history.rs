@@ -64,7 +64,10 @@ pub async fn history(
             .await;
         if let (Some(limit), Some(events)) = (
             q.limit,
-            response.body.get_mut("events").and_then(|e| e.as_array_mut()),
+            response
+                .body
+                .get_mut("events")
+                .and_then(|e| e.as_array_mut()),
         ) {
             events.truncate(limit);
         }
