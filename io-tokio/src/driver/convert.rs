@@ -1,4 +1,5 @@
-//! Translation between the engine's batch format and the storage records.
+//! Translation between the engine's batch format and the storage records,
+//! shared by the production driver and the simulation.
 
 use crate::storage::{self, Append, ExecutionRow, Fence, Transaction};
 use orbit_core::engine::{Batch, DefinitionRecord, IdempotencyRecord, StoredExecution, Summary};
@@ -6,8 +7,8 @@ use orbit_core::engine::{Batch, DefinitionRecord, IdempotencyRecord, StoredExecu
 /// The single-node owner name written with fenced appends.
 pub const LOCAL_NODE: &str = "local";
 
-/// One engine batch as a storage transaction.
-pub fn transaction(batch: &Batch) -> Transaction {
+/// One engine batch as a storage transaction, its appends fenced by `node`.
+pub fn transaction(batch: &Batch, node: &str) -> Transaction {
     Transaction {
         appends: batch
             .executions
@@ -16,7 +17,7 @@ pub fn transaction(batch: &Batch) -> Transaction {
                 execution_id: a.execution_id.clone(),
                 after_seq: a.expected_last_seq,
                 fence: a.epoch.map(|epoch| Fence {
-                    node_id: LOCAL_NODE.to_owned(),
+                    node_id: node.to_owned(),
                     epoch,
                 }),
                 events: a.events.clone(),

@@ -176,7 +176,7 @@ impl EventLoop {
         self.in_flight = Some(tokio::spawn(async move {
             let mut tx = Transaction::default();
             for b in &batches {
-                tx.merge(convert::transaction(b));
+                tx.merge(convert::transaction(b, convert::LOCAL_NODE));
             }
             let events: usize = tx.appends.iter().map(|a| a.events.len()).sum();
             let started = Instant::now();

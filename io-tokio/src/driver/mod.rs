@@ -4,7 +4,7 @@
 //! effects — appends through [`Storage`] with group commit, reloads, replies
 //! and committed-event notifications.
 
-mod convert;
+pub mod convert;
 mod event_loop;
 mod metrics;
 
