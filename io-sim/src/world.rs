@@ -231,7 +231,10 @@ impl World {
         while let Some(e) = effects.pop() {
             match e {
                 Effect::Append(batch) => {
-                    let result = match self.store.apply(&convert::transaction(&batch, convert::NODE)) {
+                    let result = match self
+                        .store
+                        .apply(&convert::transaction(&batch, convert::NODE))
+                    {
                         Ok(()) => StorageResult::Ok,
                         Err(e) => return Err(format!("deploy failed: {e}")),
                     };
@@ -539,7 +542,9 @@ impl World {
             if let Some(Ev::CommitDone { batch, .. }) = self.queue.remove(&k) {
                 if self.rng.chance(0.5) {
                     self.stats.fault("commit_landed_then_crash");
-                    let _ = self.store.apply(&convert::transaction(&batch, convert::NODE));
+                    let _ = self
+                        .store
+                        .apply(&convert::transaction(&batch, convert::NODE));
                     self.check_batch(&batch);
                 } else {
                     self.stats.fault("commit_lost_in_crash");
