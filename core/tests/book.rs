@@ -356,3 +356,15 @@ fn the_book_has_examples_for_every_error_page() {
         "only {pages} examples under docs/src/errors"
     );
 }
+
+#[test]
+fn no_page_is_listed_twice_in_the_summary() {
+    // mdBook refuses to build a book whose SUMMARY.md names a file twice.
+    let summary = std::fs::read_to_string(docs_src().join("SUMMARY.md")).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let twice: Vec<String> = relative_links(&summary)
+        .into_iter()
+        .filter(|link| !seen.insert(link.clone()))
+        .collect();
+    assert!(twice.is_empty(), "listed twice in SUMMARY.md: {twice:?}");
+}
