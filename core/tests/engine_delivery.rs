@@ -435,3 +435,107 @@ fn parked_poll_is_answered_when_a_task_arrives_or_at_its_deadline() {
     w.at(1_050);
     assert_eq!(w.replies[&empty].body, json!({"tasks": []}));
 }
+
+/// A worker already long-polling gets the next step in the same commit as
+/// the result that made it due: `StepSucceeded`, the next `StepScheduled` and
+/// its `StepDispatched` share one write, and the parked poll is answered when
+/// that write is durable.
+#[test]
+fn a_parked_poll_gets_the_next_step_in_the_results_commit() {
+    let mut w = seed_world();
+    w.latency = 1;
+    w.start("Two", "h-1", json!({"n": 1}));
+    let s = w.register("w-1", &["demo.*"]);
+    w.at(10);
+    let first = w.take(&s);
+    w.at(20);
+    let poll = w.send(orbit_core::Request::Poll {
+        session_id: s.clone(),
+        max_tasks: Some(4),
+        wait_ms: 10_000,
+        held: vec![first.token.clone()],
+    });
+    assert!(
+        !w.replies.contains_key(&poll),
+        "nothing is due yet: the poll waits"
+    );
+    w.at(30);
+    let writes = w.appends;
+    assert_eq!(w.succeed(&first.token, json!({"v": 7})), accepted());
+    assert_eq!(
+        w.appends - writes,
+        1,
+        "result, scheduling and hand-off: one write"
+    );
+    let answer = w
+        .replies
+        .remove(&poll)
+        .expect("the parked poll is answered");
+    let tasks = answer.body["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["step_id"], "more");
+    assert_eq!(tasks[0]["input"], json!({"n": 7}));
+    assert_logs(
+        &w.logs("h-1"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 1ms #3 StepScheduled step=work attempt=1
+        + 10ms #4 StepDispatched step=work attempt=1 worker_id=w-1
+        + 30ms #5 StepSucceeded step=work attempt=1
+        + 30ms #6 StepScheduled step=more attempt=1
+        + 30ms #7 StepDispatched step=more attempt=1 worker_id=w-1
+        ",
+    );
+    // The handed-off task is held like any other delivery.
+    let token = tasks[0]["token"].as_str().unwrap();
+    assert!(w.heartbeat(&s, &[token]).is_empty());
+    w.at(40);
+    assert_eq!(w.succeed(token, json!({"v": 8})), accepted());
+    assert_eq!(w.status("h-1"), "completed");
+}
+
+/// A write that fails takes the hand-off with it: the parked poll is
+/// answered `STORAGE_ERROR`, nothing was delivered, and the step is handed
+/// out again by the next poll once storage is back.
+#[test]
+fn a_failed_write_answers_the_parked_poll_and_delivers_nothing() {
+    let mut w = seed_world();
+    w.start("Two", "h-2", json!({"n": 1}));
+    let s = w.register("w-1", &["demo.*"]);
+    w.at(10);
+    let first = w.take(&s);
+    let poll = w.send(orbit_core::Request::Poll {
+        session_id: s.clone(),
+        max_tasks: Some(1),
+        wait_ms: 10_000,
+        held: vec![first.token.clone()],
+    });
+    w.mode = Mode::Unavailable;
+    let r = w.call(orbit_core::Request::Result {
+        token: first.token.clone(),
+        outcome: orbit_core::engine::Outcome::Output(json!({"v": 7})),
+    });
+    assert_eq!(r.error_code(), Some("STORAGE_ERROR"));
+    let answer = w
+        .replies
+        .remove(&poll)
+        .expect("the parked poll is answered");
+    assert_eq!(answer.error_code(), Some("STORAGE_ERROR"));
+    w.mode = Mode::Ok;
+    assert_eq!(w.succeed(&first.token, json!({"v": 7})), accepted());
+    let next = w.take(&s);
+    assert_eq!(next.step_id, "more");
+    assert_logs(
+        &w.logs("h-2"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 StepScheduled step=work attempt=1
+        + 10ms #4 StepDispatched step=work attempt=1 worker_id=w-1
+        + 10ms #5 StepSucceeded step=work attempt=1
+        + 10ms #6 StepScheduled step=more attempt=1
+        + 10ms #7 StepDispatched step=more attempt=1 worker_id=w-1
+        ",
+    );
+}

@@ -31,6 +31,10 @@ impl Engine {
 
     /// True when every cap that applies lets one more execution of `wf` run.
     pub(super) fn can_admit(&self, wf: &Workflow) -> bool {
+        if self.config.max_active_executions.is_none() && wf.max_active.is_none() {
+            // No cap applies: skip counting (it walks the batches in flight).
+            return true;
+        }
         let (total, same) = self.active_counts(&wf.name);
         let global = self.config.max_active_executions.is_none_or(|m| total < m);
         let own = wf.max_active.is_none_or(|m| same < m);

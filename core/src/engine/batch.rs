@@ -63,8 +63,8 @@ pub struct Summary {
     pub parent: Option<String>,
     /// Current status.
     pub status: Status,
-    /// The input.
-    pub input: serde_json::Value,
+    /// The input (shared with the projection: it never changes).
+    pub input: std::sync::Arc<serde_json::Value>,
     /// The output, once completed.
     pub output: Option<serde_json::Value>,
     /// The error, once failed.

@@ -240,7 +240,7 @@ impl Engine {
     }
 
     /// Emits the batch (or, when it writes nothing, its replies at once).
-    pub(crate) fn submit(&mut self, txn: Txn) {
+    pub(crate) fn submit(&mut self, mut txn: Txn) {
         if txn.is_empty() {
             for r in txn.replies {
                 self.out.push(Effect::Reply {
@@ -250,6 +250,7 @@ impl Engine {
             }
             return;
         }
+        self.hand_off(&mut txn);
         self.next_batch += 1;
         let id = self.next_batch;
         let mut executions = Vec::new();
@@ -310,7 +311,7 @@ pub(crate) fn summary(p: &Projection) -> Summary {
         definition_hash: p.definition_hash.clone(),
         parent: p.parent.clone(),
         status: p.status,
-        input: (*p.input).clone(),
+        input: p.input.clone(),
         output: p.output.clone(),
         error: p.error.clone(),
         created_at: p.created_at,

@@ -9,7 +9,7 @@ use super::txn::Txn;
 use super::Engine;
 use crate::history::{DispatchState, EventKind, UnitState};
 use serde_json::json;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 fn unknown_session(session_id: &str) -> Response {
     Response::error(
@@ -218,42 +218,12 @@ impl Engine {
             if !self.draft(&mut txn, &q.execution_id) {
                 continue;
             }
-            let Some(d) = txn.drafts.get(&q.execution_id) else {
-                continue;
-            };
-            let Some(u) = d.proj.units.get(&q.unit) else {
-                continue;
-            };
-            if !matches!(u.state, UnitState::Queued { .. }) {
-                continue;
+            if let Some((task, seq)) =
+                self.deliver(&mut txn, &q.execution_id, &q.unit, &worker_id, session_id)
+            {
+                proofs.push((q.execution_id.clone(), seq));
+                tasks.push(task);
             }
-            let token = self.ids.next_id();
-            let task = Task {
-                token: token.clone(),
-                execution_id: q.execution_id.clone(),
-                workflow: d.proj.workflow.clone(),
-                workflow_version: d.proj.version.clone(),
-                step_id: q.unit.clone(),
-                task_name: u.task.clone(),
-                contract_version: u.contract_version.clone(),
-                input: u.input.clone(),
-                idempotency_key: u.idempotency_key.clone(),
-                attempt: u.attempt,
-                redelivery: u.redelivery,
-            };
-            let seq = self.push(
-                &mut txn,
-                &q.execution_id,
-                EventKind::StepDispatched {
-                    step: q.unit.clone(),
-                    attempt: task.attempt,
-                    worker_id: worker_id.clone(),
-                    token: token.clone(),
-                },
-            );
-            proofs.push((q.execution_id.clone(), seq));
-            txn.deliveries.push((token, session_id.to_string()));
-            tasks.push(task);
         }
         if tasks.is_empty() {
             return false;
@@ -262,6 +232,110 @@ impl Engine {
         txn.reply(request, Response::ok(200, body), proofs.into_iter().next());
         self.submit(txn);
         true
+    }
+
+    /// Records the delivery of a drafted, queued `unit` to `session_id`
+    /// (`StepDispatched` with a fresh token); the task and the event's seq.
+    /// `None` when the unit is not queued in the draft.
+    fn deliver(
+        &mut self,
+        txn: &mut Txn,
+        exec_id: &str,
+        unit: &str,
+        worker_id: &str,
+        session_id: &str,
+    ) -> Option<(Task, u64)> {
+        let d = txn.drafts.get(exec_id)?;
+        let u = d.proj.units.get(unit)?;
+        if !matches!(u.state, UnitState::Queued { .. }) {
+            return None;
+        }
+        let token = self.ids.next_id();
+        let task = Task {
+            token: token.clone(),
+            execution_id: exec_id.to_string(),
+            workflow: d.proj.workflow.clone(),
+            workflow_version: d.proj.version.clone(),
+            step_id: unit.to_string(),
+            task_name: u.task.clone(),
+            contract_version: u.contract_version.clone(),
+            input: u.input.clone(),
+            idempotency_key: u.idempotency_key.clone(),
+            attempt: u.attempt,
+            redelivery: u.redelivery,
+        };
+        let seq = self.push(
+            txn,
+            exec_id,
+            EventKind::StepDispatched {
+                step: unit.to_string(),
+                attempt: task.attempt,
+                worker_id: worker_id.to_string(),
+                token: token.clone(),
+            },
+        );
+        txn.deliveries.push((token, session_id.to_string()));
+        Some((task, seq))
+    }
+
+    /// Hands the tasks a batch schedules straight to parked polls (oldest
+    /// first), inside the same batch: the result that finished one step, the
+    /// scheduling of the next and its delivery to a waiting worker share one
+    /// commit. The polls are answered when the batch commits.
+    pub(super) fn hand_off(&mut self, txn: &mut Txn) {
+        if self.polls.is_empty() {
+            return;
+        }
+        let mut fresh = Vec::new();
+        for (exec_id, d) in &txn.drafts {
+            for event in &d.events {
+                let EventKind::StepScheduled { step, task, .. } = &event.kind else {
+                    continue;
+                };
+                if !task.starts_with("orbit.") {
+                    fresh.push((exec_id.clone(), step.clone(), task.clone()));
+                }
+            }
+        }
+        // Poll -> (tasks left, tasks handed, proof).
+        let mut answers: BTreeMap<RequestId, (u32, Vec<Task>, Option<(String, u64)>)> =
+            BTreeMap::new();
+        for (exec_id, unit, task_name) in fresh {
+            let taker = self.polls.iter().find_map(|(id, p)| {
+                let left = answers.get(id).map_or(p.max_tasks, |a| a.0);
+                let session = self.sessions.get(&p.session_id)?;
+                let matches = session
+                    .patterns
+                    .iter()
+                    .any(|pattern| pattern_matches(pattern, &task_name));
+                (left > 0 && matches).then(|| (*id, p.max_tasks, p.session_id.clone()))
+            });
+            let Some((poll, max, session_id)) = taker else {
+                continue;
+            };
+            let worker_id = self
+                .sessions
+                .get(&session_id)
+                .map(|s| s.worker_id.clone())
+                .unwrap_or_default();
+            let Some((task, seq)) = self.deliver(txn, &exec_id, &unit, &worker_id, &session_id)
+            else {
+                continue;
+            };
+            let answer = answers.entry(poll).or_insert((max, Vec::new(), None));
+            answer.0 -= 1;
+            answer.1.push(task);
+            answer.2.get_or_insert((exec_id, seq));
+        }
+        let now = self.now;
+        for (poll, (_, tasks, proof)) in answers {
+            if let Some(p) = self.polls.remove(&poll) {
+                if let Some(s) = self.sessions.get_mut(&p.session_id) {
+                    s.last_seen = now;
+                }
+            }
+            txn.reply(poll, Response::ok(200, json!({"tasks": tasks})), proof);
+        }
     }
 
     /// Serves parked polls (oldest first) from the queue.

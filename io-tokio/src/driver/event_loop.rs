@@ -1,6 +1,12 @@
 //! The driver's loop: feeds the engine, executes its effects, and runs group
-//! commits — while one transaction is being written, new batches wait and
-//! are merged into the next one; each batch gets its own storage result.
+//! commits — while a transaction is being written, new batches wait and are
+//! merged into the next one; each batch gets its own storage result.
+//!
+//! Up to [`COMMITS_IN_FLIGHT`] transactions are written at once. The engine
+//! never puts an execution into a batch while an earlier batch of it is
+//! unanswered, so batches in flight together touch disjoint executions and
+//! their order does not matter; overlapping them keeps the store busy while
+//! this loop settles the previous commit's results.
 
 use super::{convert, Command, Committed, Metrics};
 use crate::storage::{Storage, StorageError, Transaction};
@@ -12,9 +18,13 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::task::{self, JoinSet};
 
 type CommitOutcome = (Vec<Batch>, Result<(), StorageError>);
+
+/// Transactions written concurrently (SQLite queues the second behind its
+/// single writer connection, but its preparation overlaps the first).
+pub(super) const COMMITS_IN_FLIGHT: usize = 2;
 
 pub(super) struct EventLoop {
     engine: Engine,
@@ -24,9 +34,10 @@ pub(super) struct EventLoop {
     metrics: Arc<Metrics>,
     tick: Duration,
     pending: VecDeque<Batch>,
-    in_flight: Option<JoinHandle<CommitOutcome>>,
-    /// The batch ids of the commit in flight (to answer them if its task dies).
-    in_flight_ids: Vec<u64>,
+    in_flight: JoinSet<CommitOutcome>,
+    /// The batch ids of each commit in flight (to answer them if its task
+    /// dies).
+    in_flight_ids: HashMap<task::Id, Vec<u64>>,
     replies: HashMap<RequestId, oneshot::Sender<Response>>,
     wake_at: Option<Millis>,
     reloads_tx: mpsc::UnboundedSender<Vec<StoredExecution>>,
@@ -53,8 +64,8 @@ impl EventLoop {
             metrics,
             tick,
             pending: VecDeque::new(),
-            in_flight: None,
-            in_flight_ids: Vec::new(),
+            in_flight: JoinSet::new(),
+            in_flight_ids: HashMap::new(),
             replies: HashMap::new(),
             wake_at: None,
             reloads_tx,
@@ -69,8 +80,8 @@ impl EventLoop {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown: Option<oneshot::Sender<()>> = None;
         loop {
-            if self.in_flight.is_none() {
-                if shutdown.is_some() && self.pending.is_empty() {
+            if self.in_flight.len() < COMMITS_IN_FLIGHT {
+                if shutdown.is_some() && self.pending.is_empty() && self.in_flight.is_empty() {
                     break;
                 }
                 self.start_commit();
@@ -79,29 +90,25 @@ impl EventLoop {
                 .wake_at
                 .map(|t| Duration::from_millis(t.saturating_sub((self.clock)())));
             tokio::select! {
-                outcome = async {
-                    match self.in_flight.as_mut() {
-                        Some(handle) => handle.await,
-                        None => std::future::pending().await,
+                Some(joined) = self.in_flight.join_next_with_id() => match joined {
+                    Ok((task, (batches, result))) => {
+                        self.in_flight_ids.remove(&task);
+                        self.on_commit(batches, result);
                     }
-                } => {
-                    self.in_flight = None;
-                    match outcome {
-                        Ok((batches, result)) => self.on_commit(batches, result),
-                        Err(join_error) => {
-                            // The commit task died: its outcome is unknown.
-                            tracing::error!(error = %join_error, "commit task failed");
-                            self.failed("commit task failed");
-                            for batch in std::mem::take(&mut self.in_flight_ids) {
-                                let result = StorageResult::Ambiguous {
-                                    message: format!("commit task failed: {join_error}"),
-                                };
-                                let effects = self.engine.handle((self.clock)(), Input::Stored { batch, result });
-                                self.execute(effects);
-                            }
+                    Err(join_error) => {
+                        // The commit task died: its outcome is unknown.
+                        tracing::error!(error = %join_error, "commit task failed");
+                        self.failed("commit task failed");
+                        let ids = self.in_flight_ids.remove(&join_error.id()).unwrap_or_default();
+                        for batch in ids {
+                            let result = StorageResult::Ambiguous {
+                                message: format!("commit task failed: {join_error}"),
+                            };
+                            let effects = self.engine.handle((self.clock)(), Input::Stored { batch, result });
+                            self.execute(effects);
                         }
                     }
-                }
+                },
                 command = self.commands.recv(), if shutdown.is_none() => match command {
                     Some(Command::Request { id, request, reply }) => {
                         self.replies.insert(id, reply);
@@ -170,10 +177,10 @@ impl EventLoop {
             return;
         }
         let batches: Vec<Batch> = self.pending.drain(..).collect();
-        self.in_flight_ids = batches.iter().map(|b| b.id).collect();
+        let ids = batches.iter().map(|b| b.id).collect();
         let store = self.store.clone();
         let metrics = self.metrics.clone();
-        self.in_flight = Some(tokio::spawn(async move {
+        let handle = self.in_flight.spawn(async move {
             let mut tx = Transaction::default();
             for b in &batches {
                 tx.merge(convert::transaction(b, convert::LOCAL_NODE));
@@ -187,7 +194,8 @@ impl EventLoop {
             metrics.batches_per_commit.observe(batches.len() as f64);
             metrics.events_per_commit.observe(events as f64);
             (batches, result)
-        }));
+        });
+        self.in_flight_ids.insert(handle.id(), ids);
     }
 
     fn on_commit(&mut self, batches: Vec<Batch>, result: Result<(), StorageError>) {
