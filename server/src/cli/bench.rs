@@ -1,15 +1,38 @@
-//! `orbit bench`: the load generator. Parses the flags into a
-//! [`bench::Config`](crate::bench::Config), runs it, and prints the result as
-//! one line of text (or JSON with `--json`); progress goes to stderr.
+//! `orbit bench`: the load generator. Parses the flags into the
+//! configuration of the workload asked for (`chain`: throughput and latency,
+//! [`bench::Config`](orbit_server::bench::Config); `recovery`: kill -9 and
+//! restart; `sleepers`: memory of sleeping executions), runs it, and prints
+//! the result as one line of text (or JSON with `--json`); progress goes to
+//! stderr.
 
+use crate::cli::common::parse_duration;
 use orbit_core::engine::Config as EngineConfig;
 use orbit_io_tokio::driver;
-use orbit_server::bench::{self, Config};
+use orbit_server::bench::{self, recovery, sleepers, BenchError, Config};
+use serde::Serialize;
 use std::process::ExitCode;
+use std::time::Duration;
+
+/// The workloads `orbit bench` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// A chain of task steps: steps/s, executions/s, latency percentiles.
+    Chain,
+    /// Executions in flight (10,000 by default), the server killed with
+    /// SIGKILL and restarted: time to ready, then to every one completed.
+    Recovery,
+    /// Executions asleep in `sleep 1h` (100,000 by default): the server's
+    /// resident memory.
+    Sleepers,
+}
 
 /// `orbit bench` options.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
+    /// What to measure. `recovery` and `sleepers` run the server as a child
+    /// process (this executable's `orbit server`), so they refuse `--server`.
+    #[arg(long, value_enum, default_value_t = Workload::Chain)]
+    pub workload: Workload,
     /// Store of the in-process server (`sqlite://PATH` or `postgres://...`);
     /// default: a fresh SQLite file in the temporary directory, removed after.
     #[arg(long, conflicts_with = "server")]
@@ -17,15 +40,19 @@ pub struct Args {
     /// Drive a running server at this URL instead of starting one.
     #[arg(long)]
     pub server: Option<String>,
-    /// Executions to run in all.
-    #[arg(long, default_value_t = 2_000)]
-    pub executions: u64,
-    /// Executions in flight at once.
+    /// Executions to run in all (default 2,000; recovery 10,000; sleepers
+    /// 100,000).
+    #[arg(long)]
+    pub executions: Option<u64>,
+    /// Executions in flight at once (recovery, sleepers: start requests in
+    /// flight at once).
     #[arg(long, default_value_t = 200)]
     pub concurrency: u32,
-    /// Task steps per workflow (run one after another).
-    #[arg(long, default_value_t = 3)]
-    pub steps: u32,
+    /// Task steps per workflow, run one after another (default 3; recovery
+    /// 4: two answered before the kill, the third held by a worker that
+    /// never answers, about ten events per execution).
+    #[arg(long)]
+    pub steps: Option<u32>,
     /// Worker sessions.
     #[arg(long, default_value_t = 4)]
     pub workers: u32,
@@ -44,6 +71,13 @@ pub struct Args {
     /// In-process server: how often time is fed to the engine, in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub tick_ms: u64,
+    /// Recovery: session timeout of the restarted server, the grace before
+    /// the killed run's held tasks are handed out again (500ms, 5s, 1m).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub session_timeout: Duration,
+    /// Sleepers: do not kill and restart the server after measuring it.
+    #[arg(long)]
+    pub no_restart: bool,
     /// Print the result as JSON instead of a line of text.
     #[arg(long)]
     pub json: bool,
@@ -52,8 +86,9 @@ pub struct Args {
     pub quiet: bool,
 }
 
-/// Runs the benchmark: exit 0 when every execution completed, 1 when some
-/// did not, 2 on usage or set-up errors.
+/// Runs the benchmark: exit 0 when every execution completed (or, for
+/// `sleepers`, fell asleep), 1 when some did not, 2 on usage or set-up
+/// errors.
 pub fn run(args: Args) -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -62,12 +97,76 @@ pub fn run(args: Args) -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    if args.workload != Workload::Chain && args.server.is_some() {
+        eprintln!(
+            "error: --server drives a running server; the recovery and sleepers workloads start their own"
+        );
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let json = args.json;
+    match args.workload {
+        Workload::Chain => {
+            let (config, options) = chain_config(args);
+            let result = runtime.block_on(bench::run(&config, options));
+            finish(
+                result,
+                json,
+                |r| r.line(),
+                |r| r.errors == 0 && r.completed == r.executions,
+            )
+        }
+        Workload::Recovery => {
+            let config = recovery::Config {
+                db: args.db,
+                executions: args.executions.unwrap_or(10_000),
+                steps: args.steps.unwrap_or(4),
+                concurrency: args.concurrency,
+                workers: args.workers,
+                session_timeout: args.session_timeout,
+                progress: !args.quiet,
+            };
+            let result = runtime.block_on(recovery::run(&config));
+            finish(
+                result,
+                json,
+                |r| r.line(),
+                |r| r.errors == 0 && r.completed == r.executions,
+            )
+        }
+        Workload::Sleepers => {
+            let config = sleepers::Config {
+                db: args.db,
+                executions: args.executions.unwrap_or(100_000),
+                concurrency: args.concurrency,
+                restart: !args.no_restart,
+                progress: !args.quiet,
+            };
+            let result = runtime.block_on(sleepers::run(&config));
+            finish(
+                result,
+                json,
+                |r| r.line(),
+                |r| r.errors == 0 && r.asleep == r.executions && r.sample_asleep == r.sampled,
+            )
+        }
+    }
+}
+
+/// The chain workload's configuration and in-process server options.
+fn chain_config(args: Args) -> (Config, driver::Options) {
     let config = Config {
         db: args.db,
         server: args.server,
-        executions: args.executions,
+        executions: args.executions.unwrap_or(2_000),
         concurrency: args.concurrency,
-        steps: args.steps,
+        steps: args.steps.unwrap_or(3),
         workers: args.workers,
         worker_concurrency: args.worker_concurrency,
         poll_wait_ms: args.poll_wait_ms,
@@ -81,16 +180,19 @@ pub fn run(args: Args) -> ExitCode {
         },
         tick: std::time::Duration::from_millis(args.tick_ms.max(1)),
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(bench::run(&config, options)) {
+    (config, options)
+}
+
+/// Prints a report (a line, or JSON) and picks the exit code.
+fn finish<R: Serialize>(
+    result: Result<R, BenchError>,
+    json: bool,
+    line: impl Fn(&R) -> String,
+    success: impl Fn(&R) -> bool,
+) -> ExitCode {
+    match result {
         Ok(report) => {
-            if args.json {
+            if json {
                 match serde_json::to_string_pretty(&report) {
                     Ok(text) => println!("{text}"),
                     Err(e) => {
@@ -99,9 +201,9 @@ pub fn run(args: Args) -> ExitCode {
                     }
                 }
             } else {
-                println!("{}", report.line());
+                println!("{}", line(&report));
             }
-            if report.errors == 0 && report.completed == report.executions {
+            if success(&report) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
