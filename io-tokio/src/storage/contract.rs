@@ -110,6 +110,7 @@ pub async fn run(store: &dyn Storage) -> Result<(), Violation> {
     fenced_epoch_is_a_conflict(store).await?;
     reads_return_exactly_what_was_committed(store).await?;
     list_is_newest_first_with_cursor(store).await?;
+    a_large_group_commit_is_stored_whole(store).await?;
     Ok(())
 }
 
@@ -421,5 +422,38 @@ pub async fn list_is_newest_first_with_cursor(store: &dyn Storage) -> Result<(),
             .is_empty(),
         "status filter ignored"
     );
+    Ok(())
+}
+
+/// A group commit of the size a busy server writes (hundreds of executions,
+/// about a thousand events) is stored whole: every event and every
+/// projection.
+pub async fn a_large_group_commit_is_stored_whole(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "a_large_group_commit_is_stored_whole";
+    let last = |i: usize| 1 + (i as u64 % 6);
+    let ids: Vec<String> = (0..301).map(|i| unique(&format!("group-{i}"))).collect();
+    let appends = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| append(id, 0, last(i)))
+        .collect();
+    store.commit(&tx(appends)).await.map_err(io(C))?;
+    for (i, id) in ids.iter().enumerate() {
+        let stored = store.load_execution(id).await.map_err(io(C))?;
+        let Some(stored) = stored else {
+            return Err(fail(C, format!("{id} missing")));
+        };
+        ensure!(
+            C,
+            stored.events == events(1, last(i)),
+            "{id}: events differ"
+        );
+        ensure!(
+            C,
+            stored.row == row(id, "running", last(i)),
+            "{id}: row {:?}",
+            stored.row
+        );
+    }
     Ok(())
 }

@@ -13,7 +13,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite};
+use sqlx::{QueryBuilder, Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::time::Duration;
@@ -70,6 +70,18 @@ fn type_of(body: &str) -> String {
     serde_json::from_str::<Tag<'_>>(body)
         .map(|t| t.ty.into_owned())
         .unwrap_or_default()
+}
+
+/// Rows per multi-row statement for `remaining` rows: the largest power of
+/// two up to 128, so a commit of any size uses at most eight distinct
+/// statements per table, each prepared once and cached by the connection.
+fn chunk_len(remaining: usize) -> usize {
+    const MAX: usize = 128;
+    if remaining >= MAX {
+        MAX
+    } else {
+        1 << remaining.ilog2()
+    }
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -221,8 +233,9 @@ impl SqliteStore {
         }
     }
 
-    /// Every event of every append in one `INSERT ... SELECT` over a bound
-    /// JSON array of `[execution_id, seq, at, type, body]` rows.
+    /// Every event of every append, in multi-row `INSERT ... VALUES`
+    /// statements of [`chunk_len`] rows (values bound directly: no JSON
+    /// round trip inside SQLite).
     async fn write_events(
         conn: &mut sqlx::SqliteConnection,
         appends: &[Append],
@@ -245,16 +258,25 @@ impl SqliteStore {
                 ));
             }
         }
-        let result = sqlx::query(
-            "INSERT INTO events (execution_id, seq, at, type, body) \
-             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 \
-             FROM json_each(?)",
-        )
-        .bind(encode(&rows)?)
-        .execute(&mut *conn)
-        .await;
+        let mut result = Ok(());
+        let mut rest = rows.as_slice();
+        while !rest.is_empty() && result.is_ok() {
+            let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+            rest = tail;
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO events (execution_id, seq, at, type, body) ",
+            );
+            insert.push_values(chunk, |mut row, (id, seq, at, ty, body)| {
+                row.push_bind(*id)
+                    .push_bind(*seq)
+                    .push_bind(*at)
+                    .push_bind(ty.as_str())
+                    .push_bind(body.as_str());
+            });
+            result = insert.build().execute(&mut *conn).await.map(|_| ());
+        }
         match result {
-            Ok(_) => Ok(()),
+            Ok(()) => Ok(()),
             Err(e)
                 if e.as_database_error()
                     .is_some_and(|d| d.is_unique_violation()) =>
@@ -282,58 +304,79 @@ impl SqliteStore {
         }
     }
 
-    /// One projection upsert for all the appends; for an execution appended
-    /// twice the last append's projection wins.
+    /// The projection upserts of all the appends, in multi-row statements
+    /// of [`chunk_len`] rows; for an execution appended twice the last
+    /// append's projection wins.
     async fn write_projections(
         conn: &mut sqlx::SqliteConnection,
         appends: &[Append],
     ) -> Result<(), StorageError> {
+        struct Projection<'a> {
+            append: &'a Append,
+            input: String,
+            output: Option<String>,
+            error: Option<String>,
+        }
         let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
         for append in appends {
             last.insert(append.execution_id.as_str(), append);
         }
         let mut rows = Vec::with_capacity(last.len());
-        for (id, append) in &last {
+        for append in last.into_values() {
             let p = &append.projection;
-            let (owner_node, owner_epoch) = append
-                .fence
-                .as_ref()
-                .map(|f| (f.node_id.as_str(), f.epoch))
-                .unwrap_or(("", 0));
-            rows.push(serde_json::json!([
-                id,
-                p.workflow,
-                p.version,
-                p.definition_hash,
-                p.status,
-                p.parent,
-                encode(&p.input)?,
-                p.output.as_ref().map(encode).transpose()?,
-                p.error.as_ref().map(encode).transpose()?,
-                to_i64(p.created_at),
-                to_i64(p.updated_at),
-                to_i64(append.events.last().map_or(append.after_seq, |e| e.seq)),
-                owner_node,
-                to_i64(owner_epoch),
-            ]));
+            rows.push(Projection {
+                append,
+                input: encode(&p.input)?,
+                output: p.output.as_ref().map(encode).transpose()?,
+                error: p.error.as_ref().map(encode).transpose()?,
+            });
         }
-        // `WHERE true` lets SQLite parse the upsert clause after a SELECT.
-        sqlx::query(
-            "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, input, \
-             output, error, created_at, updated_at, last_seq, owner_node, owner_epoch) \
-             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-             value ->> 6, value ->> 7, value ->> 8, value ->> 9, value ->> 10, value ->> 11, \
-             value ->> 12, value ->> 13 FROM json_each(?) WHERE true \
-             ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, version = excluded.version, \
-             definition_hash = excluded.definition_hash, status = excluded.status, \
-             parent = excluded.parent, input = excluded.input, output = excluded.output, \
-             error = excluded.error, updated_at = excluded.updated_at, last_seq = excluded.last_seq, \
-             owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch",
-        )
-        .bind(encode(&rows)?)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        let mut rest = rows.as_slice();
+        while !rest.is_empty() {
+            let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+            rest = tail;
+            let mut upsert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, \
+                 input, output, error, created_at, updated_at, last_seq, owner_node, owner_epoch) ",
+            );
+            upsert.push_values(chunk, |mut row, r| {
+                let p = &r.append.projection;
+                let (owner_node, owner_epoch) = r
+                    .append
+                    .fence
+                    .as_ref()
+                    .map(|f| (f.node_id.as_str(), f.epoch))
+                    .unwrap_or(("", 0));
+                let last_seq = r.append.events.last().map_or(r.append.after_seq, |e| e.seq);
+                row.push_bind(r.append.execution_id.as_str())
+                    .push_bind(p.workflow.as_str())
+                    .push_bind(p.version.as_str())
+                    .push_bind(p.definition_hash.as_str())
+                    .push_bind(p.status.as_str())
+                    .push_bind(p.parent.as_deref())
+                    .push_bind(r.input.as_str())
+                    .push_bind(r.output.as_deref())
+                    .push_bind(r.error.as_deref())
+                    .push_bind(to_i64(p.created_at))
+                    .push_bind(to_i64(p.updated_at))
+                    .push_bind(to_i64(last_seq))
+                    .push_bind(owner_node)
+                    .push_bind(to_i64(owner_epoch));
+            });
+            upsert.push(
+                " ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, \
+                 version = excluded.version, definition_hash = excluded.definition_hash, \
+                 status = excluded.status, parent = excluded.parent, input = excluded.input, \
+                 output = excluded.output, error = excluded.error, \
+                 updated_at = excluded.updated_at, last_seq = excluded.last_seq, \
+                 owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch",
+            );
+            upsert
+                .build()
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+        }
         Ok(())
     }
 
