@@ -19,6 +19,16 @@ fn unknown_session(session_id: &str) -> Response {
     )
 }
 
+/// What one parked poll receives from a batch's hand-off.
+struct HandOff {
+    /// Tasks it can still take.
+    left: u32,
+    /// Tasks handed to it.
+    tasks: Vec<Task>,
+    /// `(execution, seq)` of one of the deliveries, proving the batch.
+    proof: Option<(String, u64)>,
+}
+
 impl Engine {
     pub(super) fn register_worker(
         &mut self,
@@ -297,12 +307,10 @@ impl Engine {
                 }
             }
         }
-        // Poll -> (tasks left, tasks handed, proof).
-        let mut answers: BTreeMap<RequestId, (u32, Vec<Task>, Option<(String, u64)>)> =
-            BTreeMap::new();
+        let mut answers: BTreeMap<RequestId, HandOff> = BTreeMap::new();
         for (exec_id, unit, task_name) in fresh {
             let taker = self.polls.iter().find_map(|(id, p)| {
-                let left = answers.get(id).map_or(p.max_tasks, |a| a.0);
+                let left = answers.get(id).map_or(p.max_tasks, |a| a.left);
                 let session = self.sessions.get(&p.session_id)?;
                 let matches = session
                     .patterns
@@ -322,13 +330,17 @@ impl Engine {
             else {
                 continue;
             };
-            let answer = answers.entry(poll).or_insert((max, Vec::new(), None));
-            answer.0 -= 1;
-            answer.1.push(task);
-            answer.2.get_or_insert((exec_id, seq));
+            let answer = answers.entry(poll).or_insert(HandOff {
+                left: max,
+                tasks: Vec::new(),
+                proof: None,
+            });
+            answer.left -= 1;
+            answer.tasks.push(task);
+            answer.proof.get_or_insert((exec_id, seq));
         }
         let now = self.now;
-        for (poll, (_, tasks, proof)) in answers {
+        for (poll, HandOff { tasks, proof, .. }) in answers {
             if let Some(p) = self.polls.remove(&poll) {
                 if let Some(s) = self.sessions.get_mut(&p.session_id) {
                     s.last_seen = now;
