@@ -269,7 +269,7 @@ impl Engine {
             step_id: unit.to_string(),
             task_name: u.task.clone(),
             contract_version: u.contract_version.clone(),
-            input: u.input.clone(),
+            input: (*u.input).clone(),
             idempotency_key: u.idempotency_key.clone(),
             attempt: u.attempt,
             redelivery: u.redelivery,

@@ -217,7 +217,7 @@ impl Projection {
             contract_version: String::new(),
             attempt: 0,
             redelivery: false,
-            input: serde_json::Value::Null,
+            input: Arc::new(serde_json::Value::Null),
             idempotency_key: String::new(),
             first_scheduled_at: at,
             dispatched: false,
@@ -349,7 +349,9 @@ impl Projection {
                 }
                 u.attempt = *attempt;
                 u.redelivery = *redelivery;
-                u.input = input.clone();
+                if *u.input != *input {
+                    u.input = Arc::new(input.clone());
+                }
                 u.idempotency_key = idempotency_key.clone();
                 u.task = task.clone();
                 u.contract_version = contract_version.clone();

@@ -139,8 +139,9 @@ pub struct Unit {
     pub attempt: u32,
     /// True while the current scheduling is a redelivery.
     pub redelivery: bool,
-    /// The task's input, evaluated once.
-    pub input: serde_json::Value,
+    /// The task's input, evaluated once (shared: the projection's
+    /// copy-on-write maps clone units often, and the input never changes).
+    pub input: std::sync::Arc<serde_json::Value>,
     /// The idempotency key, evaluated once.
     pub idempotency_key: String,
     /// Time of the first `StepScheduled`.
