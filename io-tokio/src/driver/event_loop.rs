@@ -8,7 +8,7 @@
 //! their order does not matter; overlapping them keeps the store busy while
 //! this loop settles the previous commit's results.
 
-use super::{convert, Command, Committed, Metrics};
+use super::{convert, Command, Committed, Metrics, Options};
 use crate::storage::{Storage, StorageError, Transaction};
 use orbit_core::engine::{
     Batch, Effect, Engine, Input, RequestId, Response, StorageResult, StoredExecution,
@@ -22,8 +22,9 @@ use tokio::task::{self, JoinSet};
 
 type CommitOutcome = (Vec<Batch>, Result<(), StorageError>);
 
-/// Transactions written concurrently (SQLite queues the second behind its
-/// single writer connection, but its preparation overlaps the first).
+/// Transactions written concurrently by default (SQLite queues the second
+/// behind its single writer connection, but its preparation overlaps the
+/// first).
 pub(super) const COMMITS_IN_FLIGHT: usize = 2;
 
 pub(super) struct EventLoop {
@@ -33,6 +34,8 @@ pub(super) struct EventLoop {
     committed: broadcast::Sender<Committed>,
     metrics: Arc<Metrics>,
     tick: Duration,
+    /// Most transactions written at once.
+    max_in_flight: usize,
     pending: VecDeque<Batch>,
     in_flight: JoinSet<CommitOutcome>,
     /// The batch ids of each commit in flight (to answer them if its task
@@ -52,7 +55,7 @@ impl EventLoop {
         commands: mpsc::UnboundedReceiver<Command>,
         committed: broadcast::Sender<Committed>,
         metrics: Arc<Metrics>,
-        tick: Duration,
+        options: &Options,
         clock: Arc<dyn Fn() -> Millis + Send + Sync>,
     ) -> EventLoop {
         let (reloads_tx, reloads_rx) = mpsc::unbounded_channel();
@@ -62,7 +65,8 @@ impl EventLoop {
             commands,
             committed,
             metrics,
-            tick,
+            tick: options.tick,
+            max_in_flight: options.commits_in_flight.max(1),
             pending: VecDeque::new(),
             in_flight: JoinSet::new(),
             in_flight_ids: HashMap::new(),
@@ -80,7 +84,7 @@ impl EventLoop {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shutdown: Option<oneshot::Sender<()>> = None;
         loop {
-            if self.in_flight.len() < COMMITS_IN_FLIGHT {
+            if self.in_flight.len() < self.max_in_flight {
                 if shutdown.is_some() && self.pending.is_empty() && self.in_flight.is_empty() {
                     break;
                 }

@@ -26,6 +26,10 @@ pub struct Options {
     pub engine: Config,
     /// How often time is fed to the engine even without a `WakeAt`.
     pub tick: Duration,
+    /// Group commits written at once (at least 1). The engine keeps the
+    /// batches of concurrent commits disjoint, so any value is safe; more
+    /// overlap storage with the engine's work but make groups smaller.
+    pub commits_in_flight: usize,
 }
 
 impl Default for Options {
@@ -33,6 +37,7 @@ impl Default for Options {
         Options {
             engine: Config::default(),
             tick: Duration::from_millis(100),
+            commits_in_flight: event_loop::COMMITS_IN_FLIGHT,
         }
     }
 }
@@ -205,7 +210,7 @@ impl Driver {
             rx,
             committed,
             metrics,
-            options.tick,
+            &options,
             sources.clock,
         );
         tokio::spawn(event_loop.run(initial));

@@ -71,6 +71,9 @@ pub struct Args {
     /// In-process server: how often time is fed to the engine, in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub tick_ms: u64,
+    /// In-process server: group commits written at once (`--commits-in-flight`).
+    #[arg(long, default_value_t = 2)]
+    pub commits_in_flight: usize,
     /// Recovery: session timeout of the restarted server, the grace before
     /// the killed run's held tasks are handed out again (500ms, 5s, 1m).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -179,6 +182,7 @@ fn chain_config(args: Args) -> (Config, driver::Options) {
             ..EngineConfig::default()
         },
         tick: std::time::Duration::from_millis(args.tick_ms.max(1)),
+        commits_in_flight: args.commits_in_flight.max(1),
     };
     (config, options)
 }

@@ -32,6 +32,10 @@ pub struct Args {
     /// Cap on running or compensating executions; more wait `pending`.
     #[arg(long)]
     pub max_active_executions: Option<u64>,
+    /// Group commits written at once: 2 overlaps the store with the engine;
+    /// 1 makes the fewest, largest transactions.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub commits_in_flight: u64,
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
     pub max_body: usize,
@@ -131,6 +135,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
             idempotency_ttl_ms: millis(args.idempotency_ttl),
             epoch: None,
         },
+        commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
         ..driver::Options::default()
     };
     let driver = Driver::start(store, options).await?;
