@@ -85,16 +85,25 @@ impl Engine {
 
     /// True when `exec_id` had orphaned dispatches (now in a batch).
     pub(super) fn orphans_of(&mut self, exec_id: &str) -> bool {
-        let tokens: Vec<(String, String)> = self
-            .orphans
-            .iter()
-            .filter(|(t, _)| {
-                self.tokens
-                    .get(*t)
-                    .is_some_and(|r| r.execution_id == exec_id)
-            })
-            .map(|(t, r)| (t.clone(), r.clone()))
-            .collect();
+        if self.orphans.is_empty() {
+            return false;
+        }
+        let Some(own) = self.executions.get(exec_id).map(|e| &e.proj.tokens) else {
+            return false;
+        };
+        // Walk the smaller side: after a mass session loss every execution
+        // has orphans, and scanning all of them per execution is quadratic.
+        let tokens: Vec<(String, String)> = if own.len() < self.orphans.len() {
+            own.keys()
+                .filter_map(|t| self.orphans.get(t).map(|r| (t.clone(), r.clone())))
+                .collect()
+        } else {
+            self.orphans
+                .iter()
+                .filter(|(t, _)| own.contains_key(*t))
+                .map(|(t, r)| (t.clone(), r.clone()))
+                .collect()
+        };
         if tokens.is_empty() {
             return false;
         }
