@@ -158,10 +158,15 @@ impl PostgresStore {
         ids.sort();
         ids.dedup();
         // Sorted ids: concurrent writers lock rows in the same order.
+        // Not a persistent (named) statement: PostgreSQL would settle on a
+        // generic plan while the table is still small — a sequential scan
+        // testing every row against the whole id array — and keep it as the
+        // table grows. Planned per call, the lookup stays an index scan.
         let rows = sqlx::query(
             "SELECT id, last_seq, owner_node, owner_epoch FROM executions \
              WHERE id = ANY($1) ORDER BY id FOR UPDATE",
         )
+        .persistent(false)
         .bind(&ids)
         .fetch_all(&mut *conn)
         .await
@@ -232,7 +237,9 @@ impl PostgresStore {
             Self::write_queue(conn, &tx.queue).await?;
         }
         if !tx.inbox_consumed.is_empty() {
+            // Planned per call, like the row lock in `check`.
             sqlx::query("DELETE FROM inbox WHERE id = ANY($1)")
+                .persistent(false)
                 .bind(&tx.inbox_consumed)
                 .execute(&mut *conn)
                 .await
