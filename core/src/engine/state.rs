@@ -46,6 +46,14 @@ pub(crate) struct Session {
     pub tokens: BTreeSet<String>,
 }
 
+impl Session {
+    /// True when this session may be handed `task`: one of its patterns
+    /// matches, and it is not a built-in (`orbit.`) task.
+    pub fn takes(&self, task: &str) -> bool {
+        !task.starts_with("orbit.") && self.patterns.iter().any(|p| pattern_matches(p, task))
+    }
+}
+
 /// What the engine knows about a token beyond the history.
 pub(crate) struct TokenRef {
     /// Execution id.

@@ -4,7 +4,7 @@
 
 use super::effect::{Response, Task};
 use super::input::RequestId;
-use super::state::{pattern_matches, ParkedPoll, Session};
+use super::state::{ParkedPoll, Session};
 use super::txn::Txn;
 use super::Engine;
 use crate::history::{DispatchState, EventKind, UnitState};
@@ -198,15 +198,13 @@ impl Engine {
         let Some(s) = self.sessions.get(session_id) else {
             return false;
         };
-        let patterns = s.patterns.clone();
         let worker_id = s.worker_id.clone();
         let mut picked = Vec::new();
         for q in self.queue.values() {
             if picked.len() >= max as usize {
                 break;
             }
-            if q.task.starts_with("orbit.") || !patterns.iter().any(|p| pattern_matches(p, &q.task))
-            {
+            if !s.takes(&q.task) {
                 continue;
             }
             if self
@@ -299,10 +297,7 @@ impl Engine {
         let mut fresh = Vec::new();
         for (exec_id, d) in &txn.drafts {
             for event in &d.events {
-                let EventKind::StepScheduled { step, task, .. } = &event.kind else {
-                    continue;
-                };
-                if !task.starts_with("orbit.") {
+                if let EventKind::StepScheduled { step, task, .. } = &event.kind {
                     fresh.push((exec_id.clone(), step.clone(), task.clone()));
                 }
             }
@@ -312,11 +307,8 @@ impl Engine {
             let taker = self.polls.iter().find_map(|(id, p)| {
                 let left = answers.get(id).map_or(p.max_tasks, |a| a.left);
                 let session = self.sessions.get(&p.session_id)?;
-                let matches = session
-                    .patterns
-                    .iter()
-                    .any(|pattern| pattern_matches(pattern, &task_name));
-                (left > 0 && matches).then(|| (*id, p.max_tasks, p.session_id.clone()))
+                (left > 0 && session.takes(&task_name))
+                    .then(|| (*id, p.max_tasks, p.session_id.clone()))
             });
             let Some((poll, max, session_id)) = taker else {
                 continue;

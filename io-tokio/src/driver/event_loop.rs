@@ -2,7 +2,8 @@
 //! commits — while a transaction is being written, new batches wait and are
 //! merged into the next one; each batch gets its own storage result.
 //!
-//! Up to [`COMMITS_IN_FLIGHT`] transactions are written at once. The engine
+//! Up to [`Options::commits_in_flight`] transactions (default
+//! [`COMMITS_IN_FLIGHT`]) are written at once. The engine
 //! never puts an execution into a batch while an earlier batch of it is
 //! unanswered, so batches in flight together touch disjoint executions and
 //! their order does not matter; overlapping them keeps the store busy while
