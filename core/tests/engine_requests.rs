@@ -83,8 +83,12 @@ fn start_validation_and_existing_ids() {
     );
     let r = w.call(start("Capped", None, Some("x"), json!({"n": 1})));
     assert_eq!((r.status, r.error_code()), (409, Some("EXECUTION_EXISTS")));
+    // An existing id answers for itself, even naming a workflow or version
+    // that is not registered.
     let r = w.call(start("Plain", Some("2.0.0"), Some("x"), json!({"n": 1})));
-    assert_eq!(r.error_code(), Some("UNKNOWN_WORKFLOW"));
+    assert_eq!((r.status, r.error_code()), (409, Some("EXECUTION_EXISTS")));
+    let r = w.call(start("Nope", None, Some("x"), json!({})));
+    assert_eq!((r.status, r.error_code()), (409, Some("EXECUTION_EXISTS")));
     let generated = w.call(start("Plain", None, None, json!({"n": 1})));
     assert_eq!(generated.status, 201);
     let id = generated.body["execution_id"].as_str().unwrap();

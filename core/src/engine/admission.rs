@@ -41,6 +41,25 @@ impl Engine {
         global && own
     }
 
+    /// True when an older execution waits for the slot a new start of `wf`
+    /// would take: the new one waits behind it (admission is oldest first).
+    /// Asks for an admission pass, so the older one starts if it can.
+    pub(super) fn pending_ahead(&mut self, wf: &Workflow) -> bool {
+        let global = self.config.max_active_executions.is_some();
+        if !global && wf.max_active.is_none() {
+            return false;
+        }
+        let ahead = self.pending.iter().any(|(_, id)| {
+            global
+                || self
+                    .executions
+                    .get(id)
+                    .is_some_and(|e| e.proj.workflow == wf.name)
+        });
+        self.admit_needed |= ahead;
+        ahead
+    }
+
     /// Keeps the active and pending sets in step with committed statuses.
     pub(super) fn status_changed(&mut self, exec_id: &str, was_new: bool, before: Status) {
         let Some(e) = self.executions.get(exec_id) else {

@@ -23,6 +23,13 @@ impl Engine {
             definitions: definitions.clone(),
             idempotency: idempotency.clone(),
         };
+        // One deploy at a time: a deploy is checked against committed
+        // definitions only, so it waits while another one is being written
+        // (deploys are rare; this keeps "registered" true once said).
+        if !self.deploying.is_empty() {
+            self.deploy_waiting.push_back((id, request));
+            return;
+        }
         if let Gate::Done = self.gate(id, &idempotency, &request) {
             return;
         }
@@ -38,6 +45,17 @@ impl Engine {
                 txn.reply(id, response, None);
                 self.submit(txn);
             }
+        }
+    }
+
+    /// Runs deploys that waited for the one in flight, until one of them
+    /// writes again.
+    pub(super) fn deploy_next(&mut self) {
+        while self.deploying.is_empty() {
+            let Some((id, request)) = self.deploy_waiting.pop_front() else {
+                return;
+            };
+            self.request(id, request);
         }
     }
 
@@ -64,7 +82,6 @@ impl Engine {
                 .definitions
                 .get(&key)
                 .map(|d| d.definition_hash.clone())
-                .or_else(|| self.deploying.get(&key).cloned())
                 .or_else(|| seen.get(&key).cloned());
             let created = match existing {
                 Some(h) if h == def.definition_hash => false,

@@ -12,6 +12,7 @@ mod effect;
 mod idempotency;
 mod ids;
 mod input;
+mod planted;
 mod reads;
 mod recovery;
 mod results;
@@ -32,12 +33,13 @@ pub use batch::{
 pub use config::Config;
 pub use effect::{Effect, Response, Task};
 pub use ids::{CountingIds, IdSource};
+pub use planted::Bug;
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
 
 use crate::history::Millis;
 use idempotency::IDEM_SWEEP_MIN;
 use state::{Exec, ParkedPoll, ParkedWait, Queued, Session, TokenRef};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use txn::Txn;
 
@@ -97,6 +99,7 @@ pub struct Engine {
     definitions: BTreeMap<(String, String), Arc<DefinitionRecord>>,
     by_hash: BTreeMap<String, Arc<DefinitionRecord>>,
     deploying: BTreeMap<(String, String), String>,
+    deploy_waiting: VecDeque<(RequestId, Request)>,
     executions: BTreeMap<String, Exec>,
     pending: BTreeSet<(Millis, String)>,
     active: BTreeMap<String, String>,
@@ -106,6 +109,9 @@ pub struct Engine {
     tokens: BTreeMap<String, TokenRef>,
     unconfirmed: BTreeSet<(Millis, String)>,
     orphans: BTreeMap<String, String>,
+    /// Tokens handed to a session in a batch still in flight, whose session
+    /// ended meanwhile, with the reason their attempt becomes uncertain.
+    lost_handouts: BTreeMap<String, String>,
     queue: BTreeMap<(Millis, u64), Queued>,
     queued: BTreeMap<(String, String), (Millis, u64)>,
     polls: BTreeMap<RequestId, ParkedPoll>,
@@ -120,6 +126,8 @@ pub struct Engine {
     recovery_until: Option<Millis>,
     soon: BTreeSet<String>,
     admit_needed: bool,
+    #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
+    planted: planted::Planted,
 }
 
 impl Engine {
@@ -137,6 +145,7 @@ impl Engine {
             definitions: BTreeMap::new(),
             by_hash: BTreeMap::new(),
             deploying: BTreeMap::new(),
+            deploy_waiting: VecDeque::new(),
             executions: BTreeMap::new(),
             pending: BTreeSet::new(),
             active: BTreeMap::new(),
@@ -146,6 +155,7 @@ impl Engine {
             tokens: BTreeMap::new(),
             unconfirmed: BTreeSet::new(),
             orphans: BTreeMap::new(),
+            lost_handouts: BTreeMap::new(),
             queue: BTreeMap::new(),
             queued: BTreeMap::new(),
             polls: BTreeMap::new(),
@@ -159,6 +169,7 @@ impl Engine {
             recovery_until: None,
             soon: BTreeSet::new(),
             admit_needed: false,
+            planted: planted::Planted::default(),
         }
     }
 

@@ -5,7 +5,7 @@ use super::decide::{attempt_failed, call_for};
 use super::effect::Response;
 use super::input::{Outcome, Request, RequestId};
 use super::txn::Txn;
-use super::Engine;
+use super::{Bug, Engine};
 use crate::eval::check_value;
 use crate::history::{DispatchState, ErrorInfo, EventKind, StaleOutcome, UnitState};
 use serde_json::json;
@@ -80,7 +80,10 @@ impl Engine {
             let policy = call_for(wf, &u.name)
                 .map(|c| c.retry.clone())
                 .unwrap_or_default();
-            if u.is_resolved() {
+            let in_flight = matches!(u.state, UnitState::InFlight { .. });
+            let current = current || (in_flight && self.planted(Bug::StaleFailureAccepted));
+            let resolved = u.is_resolved() && !self.planted(Bug::DoubleSuccess);
+            if resolved {
                 (vec![stale(StaleOutcome::Duplicate)], refused(DUPLICATE))
             } else {
                 match outcome {

@@ -80,20 +80,8 @@ impl Engine {
         if let Gate::Done = self.gate(id, &start.idempotency, &request) {
             return;
         }
-        let Some(def) = self.lookup_workflow(&start.workflow, start.version.as_deref()) else {
-            let what = match &start.version {
-                Some(v) => format!("{} version {v}", start.workflow),
-                None => start.workflow.clone(),
-            };
-            return self.reply(
-                id,
-                Response::error(
-                    404,
-                    "UNKNOWN_WORKFLOW",
-                    format!("no workflow {what} is registered"),
-                ),
-            );
-        };
+        // An existing id is answered from the execution itself, whatever
+        // is registered now.
         if let Some(exec_id) = &start.execution_id {
             if let Some(e) = self.executions.get(exec_id).filter(|e| e.proj.last_seq > 0) {
                 let same = e.proj.workflow == start.workflow
@@ -116,6 +104,20 @@ impl Engine {
                 return self.submit(txn);
             }
         }
+        let Some(def) = self.lookup_workflow(&start.workflow, start.version.as_deref()) else {
+            let what = match &start.version {
+                Some(v) => format!("{} version {v}", start.workflow),
+                None => start.workflow.clone(),
+            };
+            return self.reply(
+                id,
+                Response::error(
+                    404,
+                    "UNKNOWN_WORKFLOW",
+                    format!("no workflow {what} is registered"),
+                ),
+            );
+        };
         if def.workflow.requires_idempotency_key
             && start.idempotency.is_none()
             && start.execution_id.is_none()
@@ -158,7 +160,7 @@ impl Engine {
                 parent: None,
             },
         );
-        if self.can_admit(&def.workflow) {
+        if self.can_admit(&def.workflow) && !self.pending_ahead(&def.workflow) {
             // The first steps are scheduled by the decider once the start
             // is durable (a batch of their own), so the client's answer
             // never waits for them.

@@ -6,7 +6,7 @@ use super::batch::{BatchId, StorageResult, StoredExecution};
 use super::effect::{Effect, Response};
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::Txn;
-use super::Engine;
+use super::{Bug, Engine};
 use crate::history::{Event, EventKind, Projection, UnitState};
 use std::collections::BTreeSet;
 
@@ -24,6 +24,7 @@ impl Engine {
                 .remove(&(d.workflow.name.clone(), d.workflow.version.clone()));
         }
         let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
+        let mut decided = true;
         match result {
             StorageResult::Ok => self.commit(txn),
             StorageResult::Unavailable { message } => {
@@ -41,13 +42,16 @@ impl Engine {
                     .into_iter()
                     .filter(|id| self.executions.contains_key(id))
                     .collect();
+                // Blocked before the abort: requests waiting on a stale
+                // execution must wait for the reload, not run on memory the
+                // store has moved past.
+                for id in &stale {
+                    if let Some(e) = self.executions.get_mut(id) {
+                        e.reloading = true;
+                    }
+                }
                 self.abort(txn, &message);
                 if !stale.is_empty() {
-                    for id in &stale {
-                        if let Some(e) = self.executions.get_mut(id) {
-                            e.reloading = true;
-                        }
-                    }
                     self.out.push(Effect::Reload { executions: stale });
                 }
             }
@@ -69,9 +73,20 @@ impl Engine {
                     }
                     self.out.push(Effect::Reload { executions: ids });
                     self.reloads.push(txn);
+                    // Its Idempotency-Keys stay taken until the reload tells
+                    // whether their records were stored.
+                    decided = self.planted(Bug::KeyReleasedOnAmbiguous);
                 }
             }
         }
+        if decided {
+            self.release_keys(keys);
+        }
+        self.deploy_next();
+    }
+
+    /// Lets requests queued behind these Idempotency-Keys run.
+    fn release_keys(&mut self, keys: Vec<String>) {
         for key in keys {
             self.idem_inflight.remove(&key);
             if let Some(waiting) = self.idem_waiting.remove(&key) {
@@ -84,6 +99,9 @@ impl Engine {
 
     /// Nothing of `txn` was applied: memory stays as it was.
     fn abort(&mut self, txn: Txn, message: &str) {
+        for (token, _) in &txn.deliveries {
+            self.lost_handouts.remove(token);
+        }
         for r in txn.replies {
             self.out.push(Effect::Reply {
                 request: r.request,
@@ -166,7 +184,7 @@ impl Engine {
             self.idempotency.insert(r.key.clone(), r);
         }
         for (token, session) in txn.deliveries {
-            self.attach(&token, &session, false);
+            self.handed_out(&token, &session);
         }
         for r in txn.replies {
             self.out.push(Effect::Reply {
@@ -337,10 +355,10 @@ impl Engine {
             }
             self.unindex(&id, &p);
         }
-        let waiting = self
+        let (waiting, busy) = self
             .executions
             .get_mut(&id)
-            .map(|e| std::mem::take(&mut e.waiting))
+            .map(|e| (std::mem::take(&mut e.waiting), e.busy))
             .unwrap_or_default();
         if stored.events.is_empty() {
             self.set_wake(&id, None);
@@ -361,7 +379,7 @@ impl Engine {
                 proj,
                 events: Vec::new(),
                 def,
-                busy: None,
+                busy,
                 reloading: false,
                 waiting,
                 wake: None,
@@ -427,15 +445,17 @@ impl Engine {
                 });
             }
             for (token, session) in &txn.deliveries {
-                if self.tokens.contains_key(token) {
-                    self.attach(token, session, false);
-                }
+                self.handed_out(token, session);
             }
             let proved = txn.replies.iter().any(|r| stored(self, &r.proof));
+            let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
             if proved {
                 for rec in txn.idempotency {
                     self.idempotency.insert(rec.key.clone(), rec);
                 }
+            }
+            if !self.planted(Bug::KeyReleasedOnAmbiguous) {
+                self.release_keys(keys);
             }
         }
         // Re-decide on the next tick, not now: a store that keeps failing

@@ -1,10 +1,10 @@
 //! The passing of time: parked requests' deadlines, lost sessions and lost
 //! poll responses, the recovery window, and executions with something due.
 
-use super::decide::{self, Context};
+use super::decide::{self, attempt_failed, call_for, Context};
 use super::txn::{child_view, Txn};
-use super::{Engine, TICK_MS};
-use crate::history::{EventKind, Millis};
+use super::{Bug, Engine, TICK_MS};
+use crate::history::{ErrorInfo, EventKind, Millis};
 
 impl Engine {
     pub(super) fn tick(&mut self) {
@@ -12,28 +12,23 @@ impl Engine {
         self.expire_polls();
         self.expire_waits();
         let timeout = self.config.session_timeout_ms;
-        let polling: std::collections::BTreeSet<String> =
-            self.polls.values().map(|p| p.session_id.clone()).collect();
-        let lost: Vec<String> = self
+        let lost: Vec<(String, String)> = self
             .sessions
             .iter()
-            .filter(|(id, s)| s.last_seen + timeout <= now && !polling.contains(*id))
-            .map(|(id, _)| id.clone())
+            .filter(|(_, s)| s.last_seen + timeout <= now)
+            .map(|(id, s)| (id.clone(), s.worker_id.clone()))
             .collect();
-        for id in lost {
-            if let Some(s) = self.sessions.remove(&id) {
-                for token in s.tokens {
-                    if self
-                        .tokens
-                        .get(&token)
-                        .is_some_and(|t| t.session.as_deref() == Some(&id))
-                    {
-                        self.orphans.insert(
-                            token,
-                            format!("worker `{}` stopped responding", s.worker_id),
-                        );
-                    }
-                }
+        for (id, worker) in lost {
+            self.end_session(&id, &format!("worker `{worker}` stopped responding"));
+            let polls: Vec<_> = self
+                .polls
+                .iter()
+                .filter(|(_, p)| p.session_id == id)
+                .map(|(rid, _)| *rid)
+                .collect();
+            for rid in polls {
+                self.polls.remove(&rid);
+                self.reply(rid, super::worker::unknown_session(&id));
             }
         }
         while let Some((at, token)) = self.unconfirmed.first().cloned() {
@@ -46,8 +41,14 @@ impl Engine {
                     .session
                     .as_ref()
                     .is_some_and(|s| self.sessions.contains_key(s));
-                if !t.confirmed && alive && !self.orphans.contains_key(&token) {
-                    let reason = format!("worker `{}` did not receive the task", t.worker_id);
+                if !t.confirmed && !self.orphans.contains_key(&token) {
+                    // Never listed nor reported: lost on the way, or its
+                    // session is gone.
+                    let reason = if alive {
+                        format!("worker `{}` did not receive the task", t.worker_id)
+                    } else {
+                        format!("worker `{}` stopped responding", t.worker_id)
+                    };
                     self.orphans.insert(token, reason);
                 }
             }
@@ -125,6 +126,24 @@ impl Engine {
             });
             if attempt.is_none() {
                 self.orphans.remove(&token);
+            }
+            if attempt.is_some() && self.planted(Bug::UncertainAsFailed) {
+                let events = txn.drafts.get(exec_id).and_then(|d| {
+                    let u = d.proj.units.get(&unit)?;
+                    let policy = call_for(&d.def.workflow, &u.name)
+                        .map(|c| c.retry.clone())
+                        .unwrap_or_default();
+                    let error = ErrorInfo {
+                        code: "WORKER_LOST".to_string(),
+                        message: reason.clone(),
+                        retryable: true,
+                    };
+                    Some(attempt_failed(&unit, u, &policy, error, self.now, false))
+                });
+                for kind in events.unwrap_or_default() {
+                    self.push(&mut txn, exec_id, kind);
+                }
+                continue;
             }
             if let Some(attempt) = attempt {
                 self.push(
@@ -218,17 +237,11 @@ impl Engine {
     /// The earliest time a `Tick` has work to do.
     pub(super) fn next_wake(&self) -> Option<Millis> {
         let timeout = self.config.session_timeout_ms;
-        let polling: std::collections::BTreeSet<&String> =
-            self.polls.values().map(|p| &p.session_id).collect();
         [
             self.wakes.first().map(|(t, _)| *t),
             self.polls.values().map(|p| p.deadline).min(),
             self.waits.values().map(|w| w.deadline).min(),
-            self.sessions
-                .iter()
-                .filter(|(id, _)| !polling.contains(id))
-                .map(|(_, s)| s.last_seen + timeout)
-                .min(),
+            self.sessions.values().map(|s| s.last_seen + timeout).min(),
             self.unconfirmed.first().map(|(t, _)| t + timeout),
             self.recovery_until,
             (!self.soon.is_empty() || !self.orphans.is_empty()).then_some(self.now + TICK_MS),

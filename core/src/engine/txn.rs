@@ -9,7 +9,7 @@ use super::effect::{Effect, Response};
 use super::input::RequestId;
 use super::state::Exec;
 use super::Engine;
-use crate::history::{Event, EventKind, Projection, Status};
+use crate::history::{ErrorInfo, Event, EventKind, Projection, Status};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -181,6 +181,26 @@ impl Engine {
                         continue;
                     }
                     let Some(def) = self.by_hash.get(&start.definition_hash).cloned() else {
+                        // Deploy refuses such definitions; a store that lost
+                        // the child's definition must not leave the parent
+                        // waiting forever.
+                        self.push(
+                            txn,
+                            &id,
+                            EventKind::ChildFailed {
+                                step: start.unit,
+                                child_id: start.child_id,
+                                error: ErrorInfo {
+                                    code: "CHILD_NOT_REGISTERED".to_string(),
+                                    message: format!(
+                                        "no definition with hash {} is registered",
+                                        start.definition_hash
+                                    ),
+                                    retryable: false,
+                                },
+                            },
+                        );
+                        progressed = true;
                         continue;
                     };
                     self.draft_new(txn, &start.child_id, def.clone());

@@ -6,12 +6,12 @@ use super::effect::{Response, Task};
 use super::input::RequestId;
 use super::state::{ParkedPoll, Session};
 use super::txn::Txn;
-use super::Engine;
+use super::{Bug, Engine};
 use crate::history::{DispatchState, EventKind, UnitState};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
-fn unknown_session(session_id: &str) -> Response {
+pub(super) fn unknown_session(session_id: &str) -> Response {
     Response::error(
         404,
         "UNKNOWN_SESSION",
@@ -133,18 +133,8 @@ impl Engine {
     }
 
     pub(super) fn unregister(&mut self, id: RequestId, session_id: &str) {
-        let Some(s) = self.sessions.remove(session_id) else {
+        if !self.end_session(session_id, "worker unregistered") {
             return self.reply(id, unknown_session(session_id));
-        };
-        for token in s.tokens {
-            if self
-                .tokens
-                .get(&token)
-                .is_some_and(|t| t.session.as_deref() == Some(session_id))
-            {
-                self.orphans
-                    .insert(token, "worker unregistered".to_string());
-            }
         }
         let polls: Vec<RequestId> = self
             .polls
@@ -158,6 +148,62 @@ impl Engine {
         }
         self.reply(id, Response::ok(200, json!({"unregistered": true})));
         self.process_orphans();
+    }
+
+    /// Ends a session (unregistered or silent): what it holds becomes
+    /// uncertain with `reason`, and so does every task handed to it in a
+    /// batch not committed yet (it will never be attached). False when
+    /// there is no such session.
+    pub(super) fn end_session(&mut self, session_id: &str, reason: &str) -> bool {
+        let Some(s) = self.sessions.remove(session_id) else {
+            return false;
+        };
+        for token in s.tokens {
+            if self
+                .tokens
+                .get(&token)
+                .is_some_and(|t| t.session.as_deref() == Some(session_id))
+            {
+                self.orphans.insert(token, reason.to_string());
+            }
+        }
+        if self.planted(Bug::HandOutToDeadSession) {
+            return true;
+        }
+        let pending = self
+            .batches
+            .values()
+            .chain(self.reloads.iter())
+            .flat_map(|txn| &txn.deliveries)
+            .filter(|(_, s)| s == session_id)
+            .map(|(token, _)| token.clone())
+            .collect::<Vec<_>>();
+        for token in pending {
+            self.lost_handouts.insert(token, reason.to_string());
+        }
+        true
+    }
+
+    /// A batch handing `token` to `session_id` committed: the session holds
+    /// it now, unless the session ended while the batch was in flight (then
+    /// the delivery is uncertain at once).
+    pub(super) fn handed_out(&mut self, token: &str, session_id: &str) {
+        let ended = self.lost_handouts.remove(token);
+        if self.planted(Bug::HandOutToDeadSession) {
+            return self.attach(token, session_id, false);
+        }
+        let reason = ended.or_else(|| {
+            let worker = &self.tokens.get(token)?.worker_id;
+            (!self.sessions.contains_key(session_id))
+                .then(|| format!("worker `{worker}` stopped responding"))
+        });
+        match reason {
+            Some(reason) if self.tokens.contains_key(token) => {
+                self.orphans.insert(token.to_string(), reason);
+            }
+            Some(_) => {}
+            None => self.attach(token, session_id, false),
+        }
     }
 
     pub(super) fn poll(
@@ -181,6 +227,11 @@ impl Engine {
         if wait_ms == 0 {
             return self.reply(id, Response::ok(200, json!({"tasks": []})));
         }
+        // A parked poll is contact when it arrives, not while it waits: it
+        // is answered within half a session timeout, so a live worker polls
+        // again before its session could expire and a dead one's expires on
+        // time.
+        let wait_ms = wait_ms.min(self.config.session_timeout_ms / 2).max(1);
         self.polls.insert(
             id,
             ParkedPoll {
@@ -237,6 +288,11 @@ impl Engine {
             return false;
         }
         let body = json!({"tasks": tasks});
+        if self.planted(Bug::DispatchBeforeCommit) {
+            self.reply(request, Response::ok(200, body));
+            self.submit(txn);
+            return true;
+        }
         txn.reply(request, Response::ok(200, body), proofs.into_iter().next());
         self.submit(txn);
         true
@@ -376,12 +432,7 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            if let Some(p) = self.polls.remove(&id) {
-                // The session was waiting on us: it has been calling.
-                if let Some(s) = self.sessions.get_mut(&p.session_id) {
-                    s.last_seen = now;
-                }
-            }
+            self.polls.remove(&id);
             self.reply(id, Response::ok(200, json!({"tasks": []})));
         }
     }

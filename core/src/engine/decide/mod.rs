@@ -36,6 +36,8 @@ pub struct ChildView {
 /// same batch).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChildStart {
+    /// The parent's unit that waits for the child.
+    pub unit: String,
     /// `<parent>.<step>[.<i>]`.
     pub child_id: String,
     /// The pinned definition hash.

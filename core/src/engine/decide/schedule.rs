@@ -199,10 +199,11 @@ fn schedule_unit(
                     None => format!("{}.{}", p.execution_id, step.name),
                 };
                 d.events.push(EventKind::ChildStarted {
-                    step: unit,
+                    step: unit.clone(),
                     child_id: child_id.clone(),
                 });
                 d.start_children.push(ChildStart {
+                    unit,
                     child_id,
                     definition_hash: definition_hash.clone(),
                     input,
