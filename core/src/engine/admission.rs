@@ -93,11 +93,24 @@ impl Engine {
     pub(super) fn admit(&mut self) {
         self.admit_needed = false;
         let pending: Vec<(u64, String)> = self.pending.iter().cloned().collect();
+        let global = self.config.max_active_executions.is_some();
+        // Workflows whose oldest pending execution cannot start right now
+        // (its own batch is in flight): younger ones of them wait too, and
+        // under a global cap everyone does. It comes back here when that
+        // batch commits.
+        let mut held_back = std::collections::BTreeSet::new();
         for (_, id) in pending {
             let Some(e) = self.executions.get(&id) else {
                 continue;
             };
-            if e.blocked() || e.proj.status != Status::Pending {
+            if e.proj.status != Status::Pending || held_back.contains(&e.proj.workflow) {
+                continue;
+            }
+            if e.blocked() {
+                if global {
+                    return;
+                }
+                held_back.insert(e.proj.workflow.clone());
                 continue;
             }
             let def = e.def.clone();

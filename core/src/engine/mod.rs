@@ -33,8 +33,8 @@ pub use batch::{
 pub use config::Config;
 pub use effect::{Effect, Response, Task};
 pub use ids::{CountingIds, IdSource};
-pub use planted::Bug;
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
+pub use planted::Bug;
 
 use crate::history::Millis;
 use idempotency::IDEM_SWEEP_MIN;

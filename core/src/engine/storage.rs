@@ -7,7 +7,7 @@ use super::effect::{Effect, Response};
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::Txn;
 use super::{Bug, Engine};
-use crate::history::{Event, EventKind, Projection, UnitState};
+use crate::history::{Event, EventKind, Projection, Status, UnitState};
 use std::collections::BTreeSet;
 
 fn storage_error(message: &str) -> Response {
@@ -168,6 +168,8 @@ impl Engine {
             e.busy = None;
             self.index(&exec_id, &d.events);
             self.status_changed(&exec_id, was_new, before);
+            // A pending execution that was busy may be next in line.
+            self.admit_needed |= !self.pending.is_empty() && !was_new && before == Status::Pending;
             self.out.push(Effect::Committed {
                 execution_id: exec_id.clone(),
                 events: d.events,

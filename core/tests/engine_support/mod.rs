@@ -30,6 +30,9 @@ pub enum Mode {
     AmbiguousLost,
     /// Refuse: another node owns every execution in the batch.
     Fenced,
+    /// Keep the batch in flight until [`World::release`] answers it (a slow
+    /// commit).
+    Hold,
 }
 
 /// The in-memory store.
@@ -102,6 +105,8 @@ pub struct World {
     /// How long each write takes: the clock moves on by this much before
     /// the store's answer is fed back.
     pub latency: Millis,
+    /// Batches written in [`Mode::Hold`], not answered yet (oldest first).
+    pub held: VecDeque<Batch>,
 }
 
 impl World {
@@ -118,6 +123,7 @@ impl World {
             appends: 0,
             grid: None,
             latency: 0,
+            held: VecDeque::new(),
         }
     }
 
@@ -137,30 +143,11 @@ impl World {
                 match effect {
                     Effect::Append(batch) => {
                         self.appends += 1;
-                        let result = match self.mode {
-                            Mode::Ok => self.store.apply(&batch),
-                            Mode::Unavailable => StorageResult::Unavailable {
-                                message: "disk on fire".into(),
-                            },
-                            Mode::AmbiguousApplied => {
-                                self.store.apply(&batch);
-                                StorageResult::Ambiguous {
-                                    message: "connection lost during COMMIT".into(),
-                                }
-                            }
-                            Mode::AmbiguousLost => StorageResult::Ambiguous {
-                                message: "connection lost during COMMIT".into(),
-                            },
-                            Mode::Fenced => StorageResult::Conflict {
-                                message: "fenced: epoch 7 owns these executions".into(),
-                                fenced: batch
-                                    .executions
-                                    .iter()
-                                    .map(|a| a.execution_id.clone())
-                                    .collect(),
-                                stale: vec![],
-                            },
-                        };
+                        if self.mode == Mode::Hold {
+                            self.held.push_back(batch);
+                            continue;
+                        }
+                        let result = self.answer(&batch, self.mode);
                         self.now += self.latency;
                         inputs.push_back(Input::Stored {
                             batch: batch.id,
@@ -193,6 +180,47 @@ impl World {
                 }
             }
         }
+    }
+
+    /// What the store does with `batch` in `mode`.
+    fn answer(&mut self, batch: &Batch, mode: Mode) -> StorageResult {
+        match mode {
+            Mode::Hold => unreachable!("a held batch is answered by release"),
+            Mode::Ok => self.store.apply(batch),
+            Mode::Unavailable => StorageResult::Unavailable {
+                message: "disk on fire".into(),
+            },
+            Mode::AmbiguousApplied => {
+                self.store.apply(batch);
+                StorageResult::Ambiguous {
+                    message: "connection lost during COMMIT".into(),
+                }
+            }
+            Mode::AmbiguousLost => StorageResult::Ambiguous {
+                message: "connection lost during COMMIT".into(),
+            },
+            Mode::Fenced => StorageResult::Conflict {
+                message: "fenced: epoch 7 owns these executions".into(),
+                fenced: batch
+                    .executions
+                    .iter()
+                    .map(|a| a.execution_id.clone())
+                    .collect(),
+                stale: vec![],
+            },
+        }
+    }
+
+    /// Answers the oldest held batch as `mode` says (the commit finishes
+    /// now), then runs the engine until quiet. New batches are held while
+    /// the world's mode is still [`Mode::Hold`].
+    pub fn release(&mut self, mode: Mode) {
+        let batch = self.held.pop_front().expect("a held batch");
+        let result = self.answer(&batch, mode);
+        self.feed(Input::Stored {
+            batch: batch.id,
+            result,
+        });
     }
 
     /// Sends a request; returns its id (the reply may come later).
