@@ -515,6 +515,7 @@ fn a_failed_write_answers_the_parked_poll_and_delivers_nothing() {
     let r = w.call(orbit_core::Request::Result {
         token: first.token.clone(),
         outcome: orbit_core::engine::Outcome::Output(json!({"v": 7})),
+        patterns: None,
     });
     assert_eq!(r.error_code(), Some("STORAGE_ERROR"));
     let answer = w

@@ -337,6 +337,7 @@ fn admission_keeps_the_oldest_pending_first_while_it_is_busy() {
     w.send(Request::Result {
         token: t.token,
         outcome: orbit_core::engine::Outcome::Output(json!({"v": 1})),
+        patterns: None,
     });
     w.send(Request::Signal {
         execution_id: "b".into(),
@@ -404,4 +405,28 @@ fn a_child_whose_definition_is_unknown_fails_its_unit() {
         ",
     );
     assert_eq!(w.status("p"), "failed");
+}
+
+/// A worker credential reports only for tasks within its patterns, also for
+/// deliveries made before a restart (the engine knows each token's task).
+#[test]
+fn result_patterns_are_checked_for_tokens_handed_out_before_a_restart() {
+    let mut w = world();
+    w.start("Plain", "r-1", json!({"n": 1}));
+    let s = w.register("w-1", &["demo.*"]);
+    let t = w.take(&s);
+    w.restart();
+    let report = |patterns: &[&str]| Request::Result {
+        token: t.token.clone(),
+        outcome: orbit_core::engine::Outcome::Output(json!({"v": 1})),
+        patterns: Some(patterns.iter().map(|p| p.to_string()).collect()),
+    };
+    let r = w.call(report(&["payments.*"]));
+    assert_eq!((r.status, r.error_code()), (403, Some("FORBIDDEN")));
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("demo.work"));
+    let r = w.call(report(&["demo.*"]));
+    assert_eq!(r.body, accepted());
 }

@@ -56,6 +56,7 @@ fn unavailable_storage_leaves_memory_unchanged_and_replies_storage_error() {
     let r = w.call(Request::Result {
         token: t.token.clone(),
         outcome: orbit_core::engine::Outcome::Output(json!({"transaction_id": "tx"})),
+        patterns: None,
     });
     assert_eq!(r.error_code(), Some("STORAGE_ERROR"));
     assert_eq!(w.status("o-1"), "running");

@@ -158,6 +158,7 @@ fn run(executions: usize, concurrency: usize) -> usize {
                     rig.send(Request::Result {
                         token: task["token"].as_str().unwrap().into(),
                         outcome: Outcome::Output(json!({"n": n + 1})),
+                        patterns: None,
                     });
                     if task["step_id"] == "s3" {
                         completed += 1;

@@ -130,16 +130,23 @@ pub struct Faults {
     pub clock_jump_ms_max: Millis,
     /// Probability that a client cancels an execution it started.
     pub client_cancel_probability: f64,
+    /// Share of the server's clock steps that go backwards (an NTP
+    /// correction) instead of forwards.
+    pub clock_back_probability: f64,
+    /// Probability that a worker shuts down gracefully after a task (drops
+    /// its poll, unregisters, comes back later with a new session).
+    pub worker_unregister_probability: f64,
 }
 
 /// Kinds of faults `--faults` can keep (the others are switched off).
-pub const FAULT_KINDS: [&str; 6] = [
+pub const FAULT_KINDS: [&str; 7] = [
     "crash",
     "storage",
     "network",
     "partition",
     "workers",
     "cancel",
+    "clock",
 ];
 
 impl Faults {
@@ -169,6 +176,7 @@ impl Faults {
             self.worker_fail_probability = 0.0;
             self.worker_contract_violation_probability = 0.0;
             self.worker_slow_probability = 0.0;
+            self.worker_unregister_probability = 0.0;
         }
         if !keep("cancel") {
             self.client_cancel_probability = 0.0;
@@ -207,6 +215,14 @@ pub struct SimConfig {
     pub idempotency_key_probability: f64,
     /// The `--faults` restriction this configuration was sampled with.
     pub fault_kinds: Option<Vec<String>>,
+    /// How many of the workers apply effects without deduplicating by key
+    /// (the payment model then counts each key's effects: at least once,
+    /// never lost).
+    pub undeduplicated_workers: usize,
+    /// The server's `--max-active-executions` (admission cap), if any.
+    pub max_active_executions: Option<u64>,
+    /// How long the server keeps Idempotency-Key records, in ms.
+    pub idempotency_ttl_ms: Millis,
 }
 
 fn p(rng: &mut SimRng, max: f64) -> f64 {
@@ -238,6 +254,9 @@ impl SimConfig {
             client_id_probability: p(&mut rng, 0.8),
             idempotency_key_probability: p(&mut rng, 0.8),
             fault_kinds: None,
+            undeduplicated_workers: 0,
+            max_active_executions: None,
+            idempotency_ttl_ms: 24 * 3600 * 1000,
         };
         let f = &mut c.faults;
         f.net_delay_ms_max = rng.between(1, 200);
@@ -355,6 +374,36 @@ impl SimConfig {
             Scenario::LostWorkers => p(&mut rng, 0.5),
             _ => 0.0,
         };
+        // The second round's draws, last for the same reason.
+        let swarm = scenario == Scenario::Swarm;
+        if swarm {
+            f.clock_jump_probability = p(&mut rng, 0.5);
+            f.clock_jump_ms_max = rng.between(500, 3 * c.session_timeout_ms);
+        }
+        if swarm || scenario == Scenario::ClockJumps {
+            f.clock_back_probability = rng.float(0.0, 0.6);
+        }
+        if matches!(scenario, Scenario::Swarm | Scenario::LostWorkers) {
+            f.worker_unregister_probability = p(&mut rng, 0.2);
+        }
+        if matches!(
+            scenario,
+            Scenario::Swarm | Scenario::LostWorkers | Scenario::LateAndDuplicate
+        ) && rng.chance(0.5)
+        {
+            c.undeduplicated_workers = rng.between(1, c.workers as u64) as usize;
+        }
+        if matches!(
+            scenario,
+            Scenario::Swarm | Scenario::SteadyLoad | Scenario::IdempotentStarts
+        ) && rng.chance(0.4)
+        {
+            c.max_active_executions = Some(rng.between(1, 6));
+        }
+        if matches!(scenario, Scenario::Swarm | Scenario::IdempotentStarts) && rng.chance(0.4) {
+            // Short enough that keys expire while clients still retry.
+            c.idempotency_ttl_ms = rng.between(1, 20) * 1000;
+        }
         c
     }
 
@@ -388,7 +437,13 @@ impl fmt::Display for SimConfig {
             "idempotency_key_probability = {}",
             self.idempotency_key_probability
         )?;
-        let rows: [(&str, String); 20] = [
+        writeln!(f, "undeduplicated_workers = {}", self.undeduplicated_workers)?;
+        match self.max_active_executions {
+            Some(m) => writeln!(f, "max_active_executions = {m}")?,
+            None => writeln!(f, "max_active_executions = none")?,
+        }
+        writeln!(f, "idempotency_ttl_ms = {}", self.idempotency_ttl_ms)?;
+        let rows: [(&str, String); 22] = [
             (
                 "store_commit_fail_probability",
                 x.store_commit_fail_probability.to_string(),
@@ -450,6 +505,14 @@ impl fmt::Display for SimConfig {
             (
                 "client_cancel_probability",
                 x.client_cancel_probability.to_string(),
+            ),
+            (
+                "clock_back_probability",
+                x.clock_back_probability.to_string(),
+            ),
+            (
+                "worker_unregister_probability",
+                x.worker_unregister_probability.to_string(),
             ),
         ];
         for (k, v) in rows {

@@ -1,8 +1,10 @@
 //! The external "payment provider": records every side effect workers apply
-//! by idempotency key, so checks can count real-world effects. Workers
+//! by idempotency key, so checks can count real-world effects. Most workers
 //! deduplicate by key here, as the idempotency chapter tells users to: the
 //! first call with a key applies the effect and stores its result; later
-//! calls with the same key return the stored result.
+//! calls with the same key return the stored result. Some workers do not
+//! (`undeduplicated_workers`): their calls apply the effect every time, so
+//! the checks see delivery as it is — at least once, never lost.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 struct Effect {
     applied: u32,
     result: Value,
+    /// True when a worker that does not deduplicate applied it.
+    undeduplicated: bool,
 }
 
 /// Effects by idempotency key.
@@ -39,6 +43,7 @@ impl Payments {
         let e = self.by_key.entry(key.to_owned()).or_insert_with(|| Effect {
             applied: 0,
             result: Value::Null,
+            undeduplicated: false,
         });
         if e.applied == 0 {
             e.applied = 1;
@@ -47,21 +52,36 @@ impl Payments {
         e.result.clone()
     }
 
-    /// Applies the effect of `key` once more without deduplication (the
-    /// behaviour of a buggy worker; used by the teeth tests).
-    pub fn perform_undeduplicated(&mut self, key: &str, result: Value) {
+    /// Performs the effect of `(execution, unit)` under `key` without
+    /// deduplicating: applied again on every call.
+    pub fn perform_each(&mut self, execution: &str, unit: &str, key: &str, result: Value) -> Value {
         self.calls += 1;
+        self.keys_of_unit
+            .entry((execution.to_owned(), unit.to_owned()))
+            .or_default()
+            .insert(key.to_owned());
         let e = self.by_key.entry(key.to_owned()).or_insert_with(|| Effect {
             applied: 0,
             result: Value::Null,
+            undeduplicated: true,
         });
         e.applied += 1;
-        e.result = result;
+        e.undeduplicated = true;
+        e.result = result.clone();
+        result
     }
 
-    /// How many times each key's effect was applied.
-    pub fn effects_by_key(&self) -> impl Iterator<Item = (&str, u32)> {
-        self.by_key.iter().map(|(k, e)| (k.as_str(), e.applied))
+    /// How many times each key's effect was applied, and whether a worker
+    /// that does not deduplicate applied it.
+    pub fn effects_by_key(&self) -> impl Iterator<Item = (&str, u32, bool)> {
+        self.by_key
+            .iter()
+            .map(|(k, e)| (k.as_str(), e.applied, e.undeduplicated))
+    }
+
+    /// How many times the effect of `key` was applied.
+    pub fn applied(&self, key: &str) -> u32 {
+        self.by_key.get(key).map_or(0, |e| e.applied)
     }
 
     /// The keys each unit's deliveries carried.

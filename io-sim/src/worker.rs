@@ -6,7 +6,7 @@
 //! or return output that violates the task contract. Side effects go
 //! through the payment model, deduplicated by idempotency key.
 
-use crate::check::{self, durability::Fact};
+use crate::check::{self, durability::Fact, tokens::Report};
 use crate::world::{Actor, Ev, World};
 use orbit_core::engine::{Outcome, Request, Response, Task};
 use orbit_core::history::{ErrorInfo, Millis};
@@ -25,6 +25,7 @@ enum Control {
     Register,
     Poll,
     Heartbeat,
+    Unregister,
 }
 
 #[derive(Debug, Clone)]
@@ -47,6 +48,9 @@ pub(crate) struct Worker {
     results: BTreeMap<u64, String>,
     last_heartbeat: Millis,
     next_req: u64,
+    /// Shutting down gracefully: no new polls; unregister once nothing is
+    /// held.
+    draining: bool,
 }
 
 impl Worker {
@@ -61,6 +65,7 @@ impl Worker {
             results: BTreeMap::new(),
             last_heartbeat: 0,
             next_req: 0,
+            draining: false,
         }
     }
 }
@@ -106,6 +111,11 @@ impl World {
         let heartbeat_due =
             !held.is_empty() && self.now >= wk.last_heartbeat + self.cfg.session_timeout_ms / 3;
         let (request, kind, timeout) = match wk.session.clone() {
+            Some(session_id) if wk.draining && held.is_empty() => (
+                Request::Unregister { session_id },
+                Control::Unregister,
+                1000,
+            ),
             None => (
                 Request::RegisterWorker {
                     worker_id: wk.id.clone(),
@@ -120,6 +130,19 @@ impl World {
                 Control::Heartbeat,
                 1000,
             ),
+            Some(session_id) if wk.draining => {
+                // Finishing what it holds: heartbeats only, no new work.
+                if !heartbeat_due {
+                    let life = wk.life;
+                    self.at(200, Ev::WorkerWake { w, life });
+                    return;
+                }
+                (
+                    Request::Heartbeat { session_id, held },
+                    Control::Heartbeat,
+                    1000,
+                )
+            }
             Some(session_id) => {
                 let wait_ms = 1000;
                 (
@@ -155,6 +178,14 @@ impl World {
             return;
         }
         self.workers[w].control = None;
+        if kind == Control::Unregister {
+            // Gone (or already expired): come back later as a new session.
+            let wk = &mut self.workers[w];
+            wk.session = None;
+            wk.draining = false;
+            let back = self.rng.between(100, 3000);
+            return self.wake_worker(w, back);
+        }
         if response.error_code() == Some("UNKNOWN_SESSION") {
             self.workers[w].session = None;
             return self.wake_worker(w, 0);
@@ -164,6 +195,7 @@ impl World {
             return self.wake_worker(w, backoff);
         }
         match kind {
+            Control::Unregister => {}
             Control::Register => {
                 self.workers[w].session = response
                     .body
@@ -289,12 +321,23 @@ impl World {
                 retryable,
             })
         } else {
-            let output = self.payments.perform(
-                &task.execution_id,
-                &task.step_id,
-                &task.idempotency_key,
-                || output_for(&task),
-            );
+            let output = if w < self.cfg.undeduplicated_workers {
+                // This worker applies the effect every time it runs: the
+                // payment model counts each key's effects.
+                self.payments.perform_each(
+                    &task.execution_id,
+                    &task.step_id,
+                    &task.idempotency_key,
+                    output_for(&task),
+                )
+            } else {
+                self.payments.perform(
+                    &task.execution_id,
+                    &task.step_id,
+                    &task.idempotency_key,
+                    || output_for(&task),
+                )
+            };
             if faulty && self.rng.chance(f.worker_contract_violation_probability) {
                 self.stats.fault("worker_contract_violation");
                 Outcome::Output(json!({"unexpected": true}))
@@ -316,6 +359,27 @@ impl World {
         if self.workers[w].state == State::Up {
             self.report(w, token);
         }
+        if self.faults_on && self.rng.chance(f.worker_unregister_probability) {
+            let at = self.rng.between(0, 300);
+            self.at(at, Ev::WorkerShutdown { w, life });
+        }
+    }
+
+    /// A graceful shutdown, as the SDKs do it: drop the open poll (a task
+    /// it was being handed is lost with it), finish and report what is
+    /// held, then unregister.
+    pub(crate) fn worker_shutdown(&mut self, w: usize, life: u64) {
+        let wk = &self.workers[w];
+        if wk.life != life || wk.state != State::Up || wk.draining || wk.session.is_none() {
+            return;
+        }
+        self.stats.fault("worker_unregister");
+        self.workers[w].draining = true;
+        if let Some((req, Control::Poll)) = self.workers[w].control {
+            self.workers[w].control = None;
+            self.hang_up(Actor::Worker(w), req);
+        }
+        self.wake_worker(w, 0);
     }
 
     fn report_later(&mut self, w: usize, token: &str, delay: Millis) {
@@ -351,10 +415,16 @@ impl World {
         if let Some(h) = self.workers[w].held.get_mut(token) {
             h.double_report = false;
         }
+        let report = match &outcome {
+            Outcome::Output(_) => Report::Output,
+            Outcome::Error(e) => Report::Error(e.code.clone()),
+        };
+        self.reports.entry(token.to_owned()).or_default().push(report);
         for _ in 0..copies {
             let request = Request::Result {
                 token: token.to_owned(),
                 outcome: outcome.clone(),
+                patterns: None,
             };
             let req = self.worker_request(w, request, 2000);
             self.workers[w].results.insert(req, token.to_owned());
@@ -378,16 +448,19 @@ impl World {
             let execution = h.task.execution_id.clone();
             let unit = h.task.step_id.clone();
             let attempt = h.task.attempt;
+            let token = token.to_owned();
             match h.outcome {
                 Some(Outcome::Output(_)) => self.told(Fact::Succeeded {
                     execution,
                     unit,
                     attempt,
+                    token,
                 }),
                 Some(Outcome::Error(_)) => self.told(Fact::AttemptFailed {
                     execution,
                     unit,
                     attempt,
+                    token,
                 }),
                 None => {}
             }

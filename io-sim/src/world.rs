@@ -89,6 +89,10 @@ pub(crate) enum Ev {
         w: usize,
         life: u64,
     },
+    WorkerShutdown {
+        w: usize,
+        life: u64,
+    },
     Report {
         w: usize,
         life: u64,
@@ -127,6 +131,7 @@ impl Ev {
             Ev::Report { .. } => 16,
             Ev::Partition { .. } => 17,
             Ev::ClockJump => 18,
+            Ev::WorkerShutdown { .. } => 19,
         }
     }
 }
@@ -144,8 +149,10 @@ pub(crate) struct Server {
 pub struct RunOptions {
     /// Print every world step.
     pub trace: bool,
-    /// Planted bugs (tests only).
+    /// Planted bugs around the engine (tests only).
     pub bugs: Bugs,
+    /// Bugs planted in the engine itself (teeth; tests only).
+    pub plant: Vec<orbit_core::engine::Bug>,
 }
 
 /// One simulated world.
@@ -172,10 +179,22 @@ pub struct World {
     workflows: BTreeMap<String, ir::Workflow>,
     pub(crate) violation: Option<Outcome>,
     partitions: BTreeMap<Actor, Millis>,
-    /// How far the server's clock is ahead of the reference clock (it only
-    /// steps forward, so it never runs backwards within or across
-    /// incarnations).
-    clock_offset: Millis,
+    /// How far the server's clock is ahead of (or, negative, behind) the
+    /// reference clock. Steps back land at restarts only, as an engine never
+    /// sees its time go back.
+    clock_offset: i64,
+    /// A backward step waiting for the next restart, in ms.
+    clock_back_pending: Millis,
+    /// Every backward step so far, in ms (how far event times may go back).
+    clock_back_total: Millis,
+    /// Bugs planted in every engine this world boots.
+    plant: Vec<orbit_core::engine::Bug>,
+    /// Every result a worker sent, by delivery token.
+    pub(crate) reports: check::tokens::Reports,
+    /// Starts with an Idempotency-Key: the execution each created, with
+    /// the expiry of its record (starts are facts: one execution per key
+    /// while its record lives).
+    created_by_key: BTreeMap<String, (String, Millis)>,
 }
 
 impl World {
@@ -211,6 +230,11 @@ impl World {
             violation: None,
             partitions: BTreeMap::new(),
             clock_offset: 0,
+            clock_back_pending: 0,
+            clock_back_total: 0,
+            plant: options.plant,
+            reports: BTreeMap::new(),
+            created_by_key: BTreeMap::new(),
             cfg,
         };
         w.setup()?;
@@ -409,6 +433,7 @@ impl World {
             Ev::WorkerCrash { w, life } => self.worker_crash(w, life),
             Ev::WorkerRestart { w } => self.worker_restart(w),
             Ev::WorkerResume { w, life } => self.worker_resume(w, life),
+            Ev::WorkerShutdown { w, life } => self.worker_shutdown(w, life),
             Ev::Report { w, life, token } => self.report_again(w, life, &token),
             Ev::ClientOp { c, op } => self.client_op(c, op),
             Ev::ClockJump => self.clock_jump(),
@@ -434,10 +459,16 @@ impl World {
         let ids = SeededIds::new(self.rng.next_u64());
         let config = Config {
             session_timeout_ms: self.cfg.session_timeout_ms,
+            max_active_executions: self.cfg.max_active_executions,
+            idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
             ..Config::default()
         };
+        let mut engine = Engine::new(config, Box::new(ids));
+        for bug in &self.plant {
+            engine.plant(*bug);
+        }
         self.server = Some(Server {
-            engine: Engine::new(config, Box::new(ids)),
+            engine,
             inc: self.incarnation,
             next_rid: 1,
             pending: BTreeMap::new(),
@@ -445,18 +476,25 @@ impl World {
         });
     }
 
-    /// Steps the server's clock forward.
+    /// Steps the server's clock forward, or (sometimes) backwards at its
+    /// next restart, as an NTP correction of a clock that ran fast.
     fn clock_jump(&mut self) {
         if !self.faults_on || self.cfg.faults.clock_jump_ms_max == 0 {
             return;
         }
-        self.stats.fault("clock_jump");
-        self.clock_offset += self.rng.between(100, self.cfg.faults.clock_jump_ms_max);
+        let step = self.rng.between(100, self.cfg.faults.clock_jump_ms_max);
+        if self.rng.chance(self.cfg.faults.clock_back_probability) {
+            self.stats.fault("clock_step_back");
+            self.clock_back_pending += step;
+        } else {
+            self.stats.fault("clock_jump");
+            self.clock_offset += step as i64;
+        }
     }
 
     /// The server's clock: reference time plus its offset.
     fn server_now(&self) -> Millis {
-        self.now + self.clock_offset
+        self.now.saturating_add_signed(self.clock_offset)
     }
 
     fn engine_handle(&mut self, input: Input) -> Vec<Effect> {
@@ -473,6 +511,11 @@ impl World {
         }
         if self.faults_on && self.rng.chance(self.cfg.faults.clock_jump_probability) {
             self.clock_jump();
+        }
+        if self.clock_back_pending > 0 {
+            self.clock_offset -= self.clock_back_pending as i64;
+            self.clock_back_total += self.clock_back_pending;
+            self.clock_back_pending = 0;
         }
         self.boot();
         let definitions = self
@@ -844,8 +887,34 @@ impl World {
     }
 
     /// Invariants 1, 3, 4, 7 and 5 (against the stored row) on every
-    /// execution a just-applied batch touched.
+    /// execution a just-applied batch touched, and starts as facts: an
+    /// Idempotency-Key creates one execution while its record lives.
     fn check_batch(&mut self, batch: &Batch) {
+        for r in &batch.idempotency {
+            let created = r.status == 201
+                && r.body.get("created").and_then(|c| c.as_bool()) == Some(true);
+            let Some(exec) = r.body.get("execution_id").and_then(|e| e.as_str()) else {
+                continue;
+            };
+            if !created {
+                continue;
+            }
+            let made_at = r.expires_at.saturating_sub(self.cfg.idempotency_ttl_ms);
+            if let Some((first, expires)) = self.created_by_key.get(&r.key) {
+                if first != exec && *expires > made_at {
+                    let v = Violation::new(
+                        Invariant::NoLostCommits,
+                        format!(
+                            "Idempotency-Key {} created execution {first}, then {exec} while its record still lived",
+                            r.key
+                        ),
+                    );
+                    return self.fail(v);
+                }
+            }
+            self.created_by_key
+                .insert(r.key.clone(), (exec.to_owned(), r.expires_at));
+        }
         for a in &batch.executions {
             if let Err(v) = self.check_execution(&a.execution_id, None) {
                 self.fail(v);
@@ -875,12 +944,13 @@ impl World {
     ) -> Result<(), Violation> {
         let mut result = Ok(());
         let workflows = &self.workflows;
+        let back = self.clock_back_total + self.clock_back_pending;
         self.store.for_each(|row, events| {
             if row.id != id || result.is_err() {
                 return;
             }
             let wf = workflows.get(&row.definition_hash);
-            result = check::history(id, events, wf)
+            result = check::history_under_steps(id, events, wf, back)
                 .and_then(|()| check::determinism::check(row, events, live));
         });
         result
@@ -899,13 +969,22 @@ impl World {
         let bound = self.cfg.liveness_ms_max;
         let mut stuck: BTreeMap<String, Violation> = BTreeMap::new();
         let live_engine = self.server.as_ref().map(|s| &s.engine);
+        let back = self.clock_back_total + self.clock_back_pending;
+        let mut facts: BTreeMap<&str, Vec<&Fact>> = BTreeMap::new();
+        for f in &self.facts {
+            facts.entry(f.execution()).or_default().push(f);
+        }
+        let (reports, payments) = (&self.reports, &self.payments);
         self.store.for_each(|row, events| {
             if result.is_err() {
                 return;
             }
             let wf = workflows.get(&row.definition_hash);
             let live = live_engine.and_then(|e| e.projection(&row.id));
-            result = check::history(&row.id, events, wf)
+            let told = facts.get(row.id.as_str()).map(Vec::as_slice).unwrap_or_default();
+            result = check::history_under_steps(&row.id, events, wf, back)
+                .and_then(|()| check::tokens::check(&row.id, events, told, reports))
+                .and_then(|()| check::keys::effects_applied(payments, &row.id, events))
                 .and_then(|()| check::determinism::check(row, events, live));
             if let Err(v) = check::liveness::check(&row.id, events, bound) {
                 stuck.insert(row.id.clone(), v);

@@ -170,10 +170,12 @@ fn an_effect_applied_under_two_keys_breaks_invariant_6() {
     p.perform("e", "charge", "k#2", || json!(3));
     let v = check::keys::payments(&p).unwrap_err();
     assert_eq!(v.invariant, Invariant::StableKeys);
+    // A worker that does not deduplicate applies the effect each time: at
+    // least once is what the runtime promises.
     let mut q = Payments::default();
-    q.perform_undeduplicated("k", json!(1));
-    q.perform_undeduplicated("k", json!(1));
-    assert!(check::keys::payments(&q).is_err());
+    q.perform_each("e", "charge", "k", json!(1));
+    q.perform_each("e", "charge", "k", json!(1));
+    assert!(check::keys::payments(&q).is_ok());
 }
 
 #[test]
@@ -192,6 +194,7 @@ fn an_acknowledged_result_missing_from_history_breaks_invariant_2() {
         execution: "x".into(),
         unit: "first".into(),
         attempt: 1,
+        token: "t1".into(),
     };
     let v = check::durability::check(&lost, &h).unwrap_err();
     assert_eq!(v.invariant, Invariant::NoLostCommits);
@@ -329,4 +332,76 @@ fn a_committed_execution_that_reads_back_differently_breaks_invariant_2() {
     let gone = orbit_core::engine::Response::error(404, "UNKNOWN_EXECUTION", "no execution `x`");
     let v = check::durability::read_back(&row, &h, &gone).unwrap_err();
     assert_eq!(v.invariant, Invariant::NoLostCommits);
+}
+
+fn uncertain(step: &str, attempt: u32) -> EventKind {
+    EventKind::StepAttemptUncertain {
+        step: step.into(),
+        attempt,
+        reason: "worker `w` stopped responding".into(),
+    }
+}
+
+fn attempt_failed(step: &str, attempt: u32, code: &str) -> EventKind {
+    EventKind::StepAttemptFailed {
+        step: step.into(),
+        attempt,
+        error: ErrorInfo {
+            code: code.into(),
+            message: String::new(),
+            retryable: true,
+        },
+        retry_at: Some(5000),
+    }
+}
+
+#[test]
+fn an_uncertain_attempt_recorded_as_failed_breaks_invariant_4() {
+    use check::tokens::{Report, Reports};
+    // The worker holding t1 went silent; the runtime made up a failure.
+    let h = history(vec![
+        scheduled("first", 1, false),
+        dispatched("first", 1, "t1"),
+        attempt_failed("first", 1, "WORKER_LOST"),
+    ]);
+    let v = check::tokens::check("x", &h, &[], &Reports::new()).unwrap_err();
+    assert_eq!(v.invariant, Invariant::WellFormed);
+    // The same failure reported by t1 itself is legal, and so is a timeout.
+    let reported = Reports::from([("t1".to_string(), vec![Report::Error("WORKER_LOST".into())])]);
+    assert!(check::tokens::check("x", &h, &[], &reported).is_ok());
+    let timed_out = history(vec![
+        scheduled("first", 1, false),
+        dispatched("first", 1, "t1"),
+        attempt_failed("first", 1, "ATTEMPT_TIMEOUT"),
+    ]);
+    assert!(check::tokens::check("x", &timed_out, &[], &Reports::new()).is_ok());
+}
+
+#[test]
+fn a_stale_failure_answered_accepted_breaks_invariant_4() {
+    use check::tokens::{Report, Reports};
+    // t1 became uncertain and was redelivered as t2 (same attempt); t2's
+    // attempt failed. A failure from t1 must not have been accepted.
+    let h = history(vec![
+        scheduled("first", 1, false),
+        dispatched("first", 1, "t1"),
+        uncertain("first", 1),
+        scheduled("first", 1, true),
+        dispatched("first", 1, "t2"),
+        attempt_failed("first", 1, "TRANSIENT"),
+    ]);
+    let reports = Reports::from([
+        ("t1".to_string(), vec![Report::Error("TRANSIENT".into())]),
+        ("t2".to_string(), vec![Report::Error("TRANSIENT".into())]),
+    ]);
+    let fact = |token: &str| Fact::AttemptFailed {
+        execution: "x".into(),
+        unit: "first".into(),
+        attempt: 1,
+        token: token.into(),
+    };
+    let (stale, current) = (fact("t1"), fact("t2"));
+    assert!(check::tokens::check("x", &h, &[&current], &reports).is_ok());
+    let v = check::tokens::check("x", &h, &[&stale], &reports).unwrap_err();
+    assert_eq!(v.invariant, Invariant::WellFormed);
 }

@@ -67,13 +67,41 @@ pub fn first_catch(
     bugs: orbit_io_sim::Bugs,
     max: u64,
 ) -> Option<(u64, Report)> {
+    first_catch_with(
+        scenario,
+        &orbit_io_sim::RunOptions {
+            bugs,
+            ..orbit_io_sim::RunOptions::default()
+        },
+        max,
+    )
+}
+
+/// Like [`first_catch`], with bugs planted in the engine itself.
+pub fn first_catch_planted(
+    scenario: Scenario,
+    bug: orbit_io_sim::Bug,
+    max: u64,
+) -> Option<(u64, Report)> {
+    first_catch_with(
+        scenario,
+        &orbit_io_sim::RunOptions {
+            plant: vec![bug],
+            ..orbit_io_sim::RunOptions::default()
+        },
+        max,
+    )
+}
+
+fn first_catch_with(
+    scenario: Scenario,
+    options: &orbit_io_sim::RunOptions,
+    max: u64,
+) -> Option<(u64, Report)> {
     (0..max).find_map(|seed| {
         let report = orbit_io_sim::run_with(
             orbit_io_sim::SimConfig::sample(seed, scenario),
-            orbit_io_sim::RunOptions {
-                bugs,
-                ..orbit_io_sim::RunOptions::default()
-            },
+            options.clone(),
         );
         (report.outcome.exit_code() != 0).then_some((seed, report))
     })

@@ -173,6 +173,11 @@ pub enum Request {
         token: String,
         /// What the worker reports.
         outcome: Outcome,
+        /// The task patterns the caller's credentials allow (a worker token
+        /// under auth); `None` allows any task. The engine checks them
+        /// against the token's task, so the check holds for tokens handed
+        /// out before a restart too.
+        patterns: Option<Vec<String>>,
     },
 }
 

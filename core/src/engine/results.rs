@@ -4,6 +4,7 @@
 use super::decide::{attempt_failed, call_for};
 use super::effect::Response;
 use super::input::{Outcome, Request, RequestId};
+use super::state::pattern_matches;
 use super::txn::Txn;
 use super::{Bug, Engine};
 use crate::eval::check_value;
@@ -29,7 +30,12 @@ fn refused(reason: &str) -> Response {
 
 impl Engine {
     pub(super) fn result(&mut self, id: RequestId, request: Request) {
-        let Request::Result { token, outcome } = &request else {
+        let Request::Result {
+            token,
+            outcome,
+            patterns,
+        } = &request
+        else {
             return;
         };
         let Some(t) = self.tokens.get(token) else {
@@ -40,6 +46,18 @@ impl Engine {
         let Some(e) = self.executions.get(&exec_id) else {
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
+        if let (Some(patterns), Some(u)) = (patterns, e.proj.units.get(&unit_name)) {
+            if !patterns.iter().any(|p| pattern_matches(p, &u.task)) {
+                return self.reply(
+                    id,
+                    Response::error(
+                        403,
+                        "FORBIDDEN",
+                        format!("this token may not report results for task `{}`", u.task),
+                    ),
+                );
+            }
+        }
         if e.blocked() {
             return self.park_behind(&exec_id, id, request);
         }

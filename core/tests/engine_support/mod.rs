@@ -354,6 +354,7 @@ impl World {
         self.call(Request::Result {
             token: token.into(),
             outcome: Outcome::Output(output),
+            patterns: None,
         })
         .body
     }
@@ -367,6 +368,7 @@ impl World {
                 message: String::new(),
                 retryable,
             }),
+            patterns: None,
         })
         .body
     }

@@ -45,6 +45,8 @@ pub enum Fact {
         unit: String,
         /// Attempt of the reporting token.
         attempt: u32,
+        /// The reporting delivery's token.
+        token: String,
     },
     /// A failure answered `accepted: true`.
     AttemptFailed {
@@ -54,6 +56,8 @@ pub enum Fact {
         unit: String,
         /// Attempt of the reporting token.
         attempt: u32,
+        /// The reporting delivery's token.
+        token: String,
     },
 }
 

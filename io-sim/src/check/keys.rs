@@ -1,7 +1,8 @@
 //! Invariant 6: stable keys. Every delivery of a unit carries the key and
 //! input of its `StepScheduled`, and the external payment model sees each
-//! unit's effect applied once (its workers deduplicate by key, so a unit
-//! whose key changed between deliveries is charged twice).
+//! unit's effect applied once where its workers deduplicate by key (a unit
+//! whose key changed between deliveries is charged twice), at least once
+//! where they do not, and never lost: every recorded success has its effect.
 
 use super::{Invariant, Violation};
 use crate::payment::Payments;
@@ -49,8 +50,8 @@ pub fn delivery(task: &Task, events: &[Event]) -> Result<(), Violation> {
 /// Checks the payment model: each key's effect applied at most once, and
 /// each unit's effect under at most one key.
 pub fn payments(p: &Payments) -> Result<(), Violation> {
-    for (key, n) in p.effects_by_key() {
-        if n > 1 {
+    for (key, n, undeduplicated) in p.effects_by_key() {
+        if n > 1 && !undeduplicated {
             return Err(Violation::new(
                 Invariant::StableKeys,
                 format!("the effect of key {key:?} was applied {n} times"),
@@ -65,6 +66,39 @@ pub fn payments(p: &Payments) -> Result<(), Violation> {
             )
             .in_execution(exec, &[])
             .at_unit(unit));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that every task unit the history records as succeeded had its
+/// effect applied at least once under its key (at-least-once: a success is
+/// never recorded for work nobody did).
+pub fn effects_applied(p: &Payments, id: &str, events: &[Event]) -> Result<(), Violation> {
+    let mut keys = std::collections::BTreeMap::new();
+    for e in events {
+        match &e.kind {
+            EventKind::StepScheduled {
+                step,
+                idempotency_key,
+                ..
+            } => {
+                keys.insert(step.as_str(), idempotency_key.as_str());
+            }
+            EventKind::StepSucceeded { step, .. } => {
+                let Some(key) = keys.get(step.as_str()) else {
+                    continue;
+                };
+                if p.applied(key) == 0 {
+                    return Err(Violation::new(
+                        Invariant::StableKeys,
+                        format!("success recorded but the effect of key {key:?} was never applied"),
+                    )
+                    .in_execution(id, events)
+                    .at_unit(step));
+                }
+            }
+            _ => {}
         }
     }
     Ok(())

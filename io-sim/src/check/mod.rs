@@ -9,6 +9,7 @@ pub mod keys;
 pub mod liveness;
 pub mod saga;
 pub mod success;
+pub mod tokens;
 pub mod wellformed;
 pub mod writer;
 
@@ -151,7 +152,19 @@ pub fn history(
     events: &[Event],
     workflow: Option<&ir::Workflow>,
 ) -> Result<(), Violation> {
-    writer::check(id, events)?;
+    history_under_steps(id, events, workflow, 0)
+}
+
+/// [`history`] for a server whose clock stepped backwards by `back_ms` in
+/// all: event times may go back that far (legal across a restart on a
+/// corrected clock), no further.
+pub fn history_under_steps(
+    id: &str,
+    events: &[Event],
+    workflow: Option<&ir::Workflow>,
+    back_ms: orbit_core::history::Millis,
+) -> Result<(), Violation> {
+    writer::check(id, events, back_ms)?;
     success::check(id, events)?;
     wellformed::check(id, events)?;
     if let Some(wf) = workflow {

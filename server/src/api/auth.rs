@@ -273,13 +273,13 @@ pub fn access(method: &Method, path: &str) -> Access {
     }
 }
 
-/// The auth middleware's state: the tokens, which token opened each worker
-/// session, and the task behind each delivery token handed out.
+/// The auth middleware's state: the tokens and which token opened each
+/// worker session. (Whether a worker token may report a delivery's result is
+/// checked by the engine, which knows each token's task across restarts.)
 #[derive(Debug, Clone)]
 pub struct Auth {
     config: Arc<AuthConfig>,
     sessions: Arc<Mutex<HashMap<String, String>>>,
-    deliveries: Arc<Mutex<HashMap<String, String>>>,
     max_body: usize,
 }
 
@@ -289,7 +289,6 @@ impl Auth {
         Auth {
             config,
             sessions: Arc::default(),
-            deliveries: Arc::default(),
             max_body,
         }
     }
@@ -368,17 +367,7 @@ pub async fn middleware(State(auth): State<Auth>, mut request: Request, next: Ne
                 return forbidden(format!("session `{s}` was opened with another token"));
             }
         }
-        (Access::Result(t), Role::Worker) => {
-            let task = lock(&auth.deliveries).get(t).cloned();
-            if let Some(task) = task {
-                if !caller.task_patterns.iter().any(|g| task_within(&task, g)) {
-                    return forbidden(format!(
-                        "token `{}` may not report results for task `{task}`",
-                        caller.name
-                    ));
-                }
-            }
-        }
+        (Access::Result(_), Role::Worker) => {}
         _ => {
             return forbidden(format!(
                 "a {} token may not use {} {}",
@@ -392,7 +381,6 @@ pub async fn middleware(State(auth): State<Auth>, mut request: Request, next: Ne
             ))
         }
     }
-    let is_poll = request.uri().path().ends_with("/poll");
     let is_delete = request.method() == Method::DELETE;
     let response = next.run(request).await;
     if !response.status().is_success() {
@@ -400,20 +388,15 @@ pub async fn middleware(State(auth): State<Auth>, mut request: Request, next: Ne
     }
     match route {
         Access::Register => remember(&auth, &caller.name, response).await,
-        Access::Session(_) if is_poll => remember(&auth, &caller.name, response).await,
         Access::Session(s) if is_delete => {
             lock(&auth.sessions).remove(&s);
-            response
-        }
-        Access::Result(t) => {
-            lock(&auth.deliveries).remove(&t);
             response
         }
         _ => response,
     }
 }
 
-/// Notes the session a registration opened, or the tasks a poll handed out.
+/// Notes the session a registration opened.
 async fn remember(auth: &Auth, caller: &str, response: Response) -> Response {
     let (parts, body) = response.into_parts();
     let Ok(bytes) = read_body(body, usize::MAX).await else {
@@ -422,17 +405,6 @@ async fn remember(auth: &Auth, caller: &str, response: Response) -> Response {
     if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
         if let Some(session) = v.get("session_id").and_then(Value::as_str) {
             lock(&auth.sessions).insert(session.to_owned(), caller.to_owned());
-        }
-        if let Some(tasks) = v.get("tasks").and_then(Value::as_array) {
-            let mut deliveries = lock(&auth.deliveries);
-            for t in tasks {
-                if let (Some(token), Some(name)) = (
-                    t.get("token").and_then(Value::as_str),
-                    t.get("task_name").and_then(Value::as_str),
-                ) {
-                    deliveries.insert(token.to_owned(), name.to_owned());
-                }
-            }
         }
     }
     Response::from_parts(parts, Body::from(bytes))

@@ -1,6 +1,7 @@
 //! The worker protocol: register, long-poll, heartbeat, result by token,
 //! unregister.
 
+use super::auth::{Caller, Role};
 use super::error::ApiError;
 use super::extract::{parse, Json, OptionalJson, Path};
 use super::reply::respond;
@@ -191,6 +192,7 @@ pub struct ResultBody {
     responses((status = 200, description = "`{accepted, reason?}`")))]
 pub async fn result(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<Caller>>,
     Path(token): Path<String>,
     bytes: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -225,6 +227,17 @@ pub async fn result(
         }
     };
     Ok(respond(
-        state.driver.call(Request::Result { token, outcome }).await,
+        state
+            .driver
+            .call(Request::Result {
+                token,
+                outcome,
+                // A worker token reports only for tasks within its patterns;
+                // the engine knows each token's task, across restarts too.
+                patterns: caller
+                    .filter(|c| c.role == Role::Worker)
+                    .map(|c| c.0.task_patterns),
+            })
+            .await,
     ))
 }

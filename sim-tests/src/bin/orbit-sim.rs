@@ -8,13 +8,14 @@
 
 use orbit_io_sim::config::FAULT_KINDS;
 use orbit_io_sim::report::{EXIT_CORRECTNESS, EXIT_CRASH, EXIT_LIVENESS, EXIT_OK, EXIT_USAGE};
-use orbit_io_sim::{run_with, RunOptions, Scenario, SimConfig};
+use orbit_io_sim::{run_with, Bug, RunOptions, Scenario, SimConfig};
 use orbit_sim_tests::parse_seed;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: orbit-sim [--seed N | --seeds N [--from N]] [--scenario NAME] [--trace] [--quiet]
+    "usage: orbit-sim [--seed N | --seeds N [--from N]] [--scenario NAME] [--faults KINDS]
+                 [--plant BUGS] [--trace] [--quiet]
   --seed N        run one seed (decimal or 0x hex) and print its configuration and report
   --seeds N       run N seeds starting at --from (default 0)
   --scenario NAME one of: swarm (default), steady-load, crash-storm, lost-workers,
@@ -22,6 +23,10 @@ const USAGE: &str =
                   signals-sleeps, child-workflows, idempotent-starts, clock-jumps, all
   --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
                   network, partition, workers, cancel, clock
+  --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
+                  uncertain-as-failed, stale-failure-accepted, double-success,
+                  dispatch-before-commit, key-released-on-ambiguous,
+                  hand-out-to-dead-session
   --trace         print every step of the world (with --seed)
   --quiet         with --seeds, print only failures and the summary";
 
@@ -33,9 +38,27 @@ struct Args {
     trace: bool,
     quiet: bool,
     faults: Option<Vec<&'static str>>,
+    plant: Vec<Bug>,
 }
 
 impl Args {
+    fn options(&self, trace: bool) -> RunOptions {
+        RunOptions {
+            trace,
+            plant: self.plant.clone(),
+            ..RunOptions::default()
+        }
+    }
+
+    /// What the repro line adds for planted bugs.
+    fn plant_flag(&self) -> String {
+        if self.plant.is_empty() {
+            return String::new();
+        }
+        let names: Vec<&str> = self.plant.iter().map(|b| b.name()).collect();
+        format!(" --plant {}", names.join(","))
+    }
+
     fn config(&self, seed: u64, scenario: Scenario) -> SimConfig {
         match &self.faults {
             Some(kinds) => SimConfig::sample_with_faults(seed, scenario, kinds),
@@ -53,6 +76,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         trace: false,
         quiet: false,
         faults: None,
+        plant: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -94,6 +118,13 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 }
                 a.faults = Some(kinds);
             }
+            "--plant" => {
+                let v = value("--plant")?;
+                for k in v.split(',').filter(|k| !k.is_empty()) {
+                    a.plant
+                        .push(Bug::parse(k).ok_or_else(|| format!("unknown bug `{k}`"))?);
+                }
+            }
             "--trace" => a.trace = true,
             "--quiet" => a.quiet = true,
             "-h" | "--help" => return Err(String::new()),
@@ -130,13 +161,7 @@ fn one(seed: u64, a: &Args) -> i32 {
     for scenario in &a.scenarios {
         let config = a.config(seed, *scenario);
         println!("{config}");
-        let report = run_with(
-            config,
-            RunOptions {
-                trace: a.trace,
-                ..RunOptions::default()
-            },
-        );
+        let report = run_with(config, a.options(a.trace));
         println!("{report}");
         worst = worse(worst, report.outcome.exit_code());
     }
@@ -154,7 +179,7 @@ fn many(a: &Args) -> i32 {
     for scenario in &a.scenarios {
         for seed in a.from..a.from.saturating_add(count) {
             let config = a.config(seed, *scenario);
-            let report = run_with(config, RunOptions::default());
+            let report = run_with(config, a.options(false));
             runs += 1;
             for (k, v) in &report.stats.faults {
                 *faults.entry(k).or_default() += v;
@@ -169,10 +194,11 @@ fn many(a: &Args) -> i32 {
                     .map(|v| format!("{}", v.invariant))
                     .unwrap_or_else(|| "crash".into());
                 println!(
-                    "FAIL {} seed {:#x}: {what}\n  repro: {}",
+                    "FAIL {} seed {:#x}: {what}\n  repro: {}{}",
                     report.outcome.class(),
                     seed,
-                    report.repro()
+                    report.repro(),
+                    a.plant_flag()
                 );
             } else if !a.quiet {
                 println!(
