@@ -430,3 +430,35 @@ fn result_patterns_are_checked_for_tokens_handed_out_before_a_restart() {
     let r = w.call(report(&["demo.*"]));
     assert_eq!(r.body, accepted());
 }
+
+/// Found by the simulator once admission caps were sampled (seed `0x5c` of
+/// swarm): the write that starts a pending execution fails, and nothing
+/// tried again, so it stayed pending forever. It is retried on the next
+/// tick now.
+#[test]
+fn a_failed_admission_write_is_retried() {
+    let mut w = World::new(Config {
+        session_timeout_ms: 5_000,
+        max_active_executions: Some(1),
+        ..Config::default()
+    });
+    w.grid = Some(100);
+    w.deploy(PLAIN);
+    w.start("Plain", "a", json!({"n": 1}));
+    w.start("Plain", "b", json!({"n": 2}));
+    let s = w.register("w-1", &["demo.*"]);
+    let t = w.take(&s);
+    w.mode = Mode::Hold;
+    w.send(Request::Result {
+        token: t.token,
+        outcome: orbit_core::engine::Outcome::Output(json!({"v": 1})),
+        patterns: None,
+    });
+    w.release(Mode::Ok);
+    assert_eq!(w.status("a"), "completed");
+    w.mode = Mode::Ok;
+    w.release(Mode::Unavailable);
+    assert_eq!(w.status("b"), "pending");
+    w.at(200);
+    assert_eq!(w.status("b"), "running");
+}

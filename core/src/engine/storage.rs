@@ -209,6 +209,12 @@ impl Engine {
         if e.blocked() || e.proj.last_seq == 0 {
             return;
         }
+        if e.proj.status == Status::Pending {
+            // Its start is admission's to write (a failed write of it
+            // comes back here on the next tick).
+            self.admit_needed = true;
+            return;
+        }
         if self.orphans_of(exec_id) {
             return;
         }
