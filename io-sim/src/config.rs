@@ -400,6 +400,20 @@ impl SimConfig {
         {
             c.max_active_executions = Some(rng.between(1, 6));
         }
+        if scenario == Scenario::LostWorkers {
+            // Slow commits, so that sessions end while their hand-outs are
+            // being written.
+            f.worker_unregister_probability = rng.float(0.1, 0.5);
+            f.store_slow_probability = rng.float(0.05, 0.3);
+            f.store_slow_ms_max = rng.between(500, 2 * c.session_timeout_ms);
+        }
+        if scenario == Scenario::IdempotentStarts {
+            // Commits slower than a client's patience, some ambiguous: the
+            // retry of a start waits behind its own first attempt.
+            f.store_slow_probability = rng.float(0.1, 0.4);
+            f.store_slow_ms_max = rng.between(1000, 6000);
+            f.store_commit_ambiguous_probability = rng.float(0.05, 0.3);
+        }
         if matches!(scenario, Scenario::Swarm | Scenario::IdempotentStarts) && rng.chance(0.4) {
             // Short enough that keys expire while clients still retry.
             c.idempotency_ttl_ms = rng.between(1, 20) * 1000;
@@ -437,7 +451,11 @@ impl fmt::Display for SimConfig {
             "idempotency_key_probability = {}",
             self.idempotency_key_probability
         )?;
-        writeln!(f, "undeduplicated_workers = {}", self.undeduplicated_workers)?;
+        writeln!(
+            f,
+            "undeduplicated_workers = {}",
+            self.undeduplicated_workers
+        )?;
         match self.max_active_executions {
             Some(m) => writeln!(f, "max_active_executions = {m}")?,
             None => writeln!(f, "max_active_executions = none")?,

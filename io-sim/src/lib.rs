@@ -32,8 +32,8 @@ pub mod workload;
 mod world;
 
 pub use bugs::Bugs;
-pub use orbit_core::engine::Bug;
 pub use config::{Faults, Scenario, SimConfig};
+pub use orbit_core::engine::Bug;
 pub use report::{Outcome, Report};
 pub use world::{RunOptions, World, EPOCH_MS};
 

@@ -306,6 +306,19 @@ impl World {
                 self.at(start, Ev::Partition { actor, until });
             }
         }
+        if self.cfg.faults.worker_unregister_probability > 0.0 {
+            // Shutdowns at any moment too, not only after a task: a poll
+            // may be mid-hand-out.
+            for w in 0..self.workers.len() {
+                if self
+                    .rng
+                    .chance(self.cfg.faults.worker_unregister_probability)
+                {
+                    let at = self.rng.between(0, self.cfg.safety_ms);
+                    self.at(at, Ev::WorkerShutdown { w, life: 0 });
+                }
+            }
+        }
         if self.cfg.faults.clock_jump_probability > 0.0 {
             for _ in 0..self.rng.between(1, 3) {
                 let at = self.rng.between(0, self.cfg.safety_ms);
@@ -891,8 +904,8 @@ impl World {
     /// Idempotency-Key creates one execution while its record lives.
     fn check_batch(&mut self, batch: &Batch) {
         for r in &batch.idempotency {
-            let created = r.status == 201
-                && r.body.get("created").and_then(|c| c.as_bool()) == Some(true);
+            let created =
+                r.status == 201 && r.body.get("created").and_then(|c| c.as_bool()) == Some(true);
             let Some(exec) = r.body.get("execution_id").and_then(|e| e.as_str()) else {
                 continue;
             };
@@ -981,7 +994,10 @@ impl World {
             }
             let wf = workflows.get(&row.definition_hash);
             let live = live_engine.and_then(|e| e.projection(&row.id));
-            let told = facts.get(row.id.as_str()).map(Vec::as_slice).unwrap_or_default();
+            let told = facts
+                .get(row.id.as_str())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             result = check::history_under_steps(&row.id, events, wf, back)
                 .and_then(|()| check::tokens::check(&row.id, events, told, reports))
                 .and_then(|()| check::keys::effects_applied(payments, &row.id, events))

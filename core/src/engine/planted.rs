@@ -25,7 +25,9 @@ pub enum Bug {
     /// reload has decided what was stored.
     KeyReleasedOnAmbiguous,
     /// A task handed out in a batch is attached to its session when the
-    /// batch commits, even if that session ended meanwhile.
+    /// batch commits, even if that session ended meanwhile, and the check
+    /// for tasks never confirmed skips tokens of dead sessions (the two
+    /// halves of the original bug).
     HandOutToDeadSession,
 }
 

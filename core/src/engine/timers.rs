@@ -41,7 +41,8 @@ impl Engine {
                     .session
                     .as_ref()
                     .is_some_and(|s| self.sessions.contains_key(s));
-                if !t.confirmed && !self.orphans.contains_key(&token) {
+                let dead_ignored = !alive && self.planted(Bug::HandOutToDeadSession);
+                if !t.confirmed && !self.orphans.contains_key(&token) && !dead_ignored {
                     // Never listed nor reported: lost on the way, or its
                     // session is gone.
                     let reason = if alive {
