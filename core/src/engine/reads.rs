@@ -5,7 +5,7 @@ use super::effect::Response;
 use super::input::{ListFilter, RequestId};
 use super::state::ParkedWait;
 use super::{rfc3339, Engine};
-use crate::history::{Event, Projection, Unit, UnitState};
+use crate::history::{DispatchState, Event, Projection, Unit, UnitState};
 use serde_json::{json, Value};
 
 fn unit_view(u: &Unit) -> Value {
@@ -164,9 +164,10 @@ impl Engine {
     }
 
     /// `GET /v1/workers`: every session the engine holds (a session leaves
-    /// when it unregisters or misses its timeout), oldest id first, with the
-    /// deliveries it holds. Delivery tokens are not shown: they are a
-    /// worker's credential for reporting a result.
+    /// when it unregisters or misses its timeout), by session id, with the
+    /// deliveries it holds whose outcome the server still awaits. Delivery
+    /// tokens are not shown: they are a worker's credential for reporting a
+    /// result.
     pub(super) fn list_workers(&mut self, id: RequestId) {
         let sessions: Vec<Value> = self
             .sessions
@@ -175,19 +176,24 @@ impl Engine {
                 let held: Vec<Value> = s
                     .tokens
                     .iter()
-                    .filter_map(|t| self.tokens.get(t))
-                    .map(|t| {
-                        let unit = self
-                            .executions
-                            .get(&t.execution_id)
-                            .and_then(|e| e.proj.units.get(&t.unit));
-                        json!({
-                            "execution_id": t.execution_id,
-                            "unit": t.unit,
-                            "task": unit.map(|u| u.task.as_str()),
-                            "attempt": unit.map(|u| u.attempt),
-                            "dispatched_at": rfc3339(t.dispatched_at),
-                            "confirmed": t.confirmed,
+                    .filter_map(|token| {
+                        let t = self.tokens.get(token)?;
+                        let p = &self.executions.get(&t.execution_id)?.proj;
+                        let u = p.units.get(&t.unit)?;
+                        let outstanding = !p.status.is_terminal()
+                            && !u.is_resolved()
+                            && u.dispatches
+                                .get(token)
+                                .is_some_and(|d| d.state != DispatchState::Failed);
+                        outstanding.then(|| {
+                            json!({
+                                "execution_id": t.execution_id,
+                                "unit": t.unit,
+                                "task": u.task,
+                                "attempt": u.attempt,
+                                "dispatched_at": rfc3339(t.dispatched_at),
+                                "confirmed": t.confirmed,
+                            })
                         })
                     })
                     .collect();

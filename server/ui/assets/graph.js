@@ -8,9 +8,9 @@
 import { h, s, replace } from './dom.js';
 import { stepOf, isCompensation } from './format.js';
 
-const NW = 190;
-const NH = 54;
-const COL = 250;
+const NW = 176;
+const NH = 56;
+const COL = 222;
 const GAP = 26;
 const PAD = 20;
 
@@ -47,11 +47,16 @@ function stepStates(exec, events) {
   for (const [unit, u] of Object.entries((exec && exec.units) || {})) {
     push(isCompensation(unit) ? byComp : byStep, stepOf(unit), u.status);
   }
+  // Sleep and signal steps have no units: read them from the history.
   const fanout = new Map();
+  const timers = new Map();
   for (const ev of events || []) {
     if (ev.type === 'StepSkipped') push(byStep, ev.step, 'skipped');
     if (ev.type === 'StepFanOut') fanout.set(ev.step, (ev.items || []).length);
+    if (ev.type === 'TimerStarted') timers.set(ev.step, 'running');
+    if (ev.type === 'TimerFired' || ev.type === 'SignalConsumed') timers.set(ev.step, 'succeeded');
   }
+  for (const [step, st] of timers) if (!byStep.has(step)) push(byStep, step, st);
   return { byStep, byComp, fanout };
 }
 
@@ -106,9 +111,17 @@ export function drawGraph(box, workflow, exec, events) {
       svg.append(s('path', { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2 - 2} ${y2}`, class: 'edge', 'marker-end': 'url(#arrow)', 'data-from': dep, 'data-to': st.name }));
     }
   }
-  for (const st of steps) {
+  const finished = exec && ['completed', 'failed', 'cancelled', 'compensating'].includes(exec.status);
+  const aggs = new Map();
+  const ordered = [...steps].sort((a, b) => (depth.get(a.name) || 0) - (depth.get(b.name) || 0));
+  for (const st of ordered) {
     const p = pos.get(st.name);
-    const agg = states ? aggregate(states.byStep.get(st.name) || []) : null;
+    let agg = states ? aggregate(states.byStep.get(st.name) || []) : null;
+    const ready = (st.depends_on || []).every((d) => aggs.get(d) && ['succeeded', 'skipped'].includes(aggs.get(d).state));
+    if (agg && agg.state === 'idle' && (st.kind || {}).kind === 'signal' && !finished && ready) {
+      agg = { state: 'running', text: 'waiting for the signal' };
+    }
+    aggs.set(st.name, agg);
     const count = states && states.fanout.get(st.name);
     const fan = st.for_each ? `for ${st.for_each.var} in …${count !== undefined ? ` (×${count})` : ''}` : '';
     svg.append(node(p, st.name, st.name, kindText(st), agg, { fan, kind: (st.kind || {}).kind }));
