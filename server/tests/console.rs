@@ -207,6 +207,10 @@ async fn a_reader_reads_everything_and_changes_nothing() {
     assert_eq!(r.status, StatusCode::FORBIDDEN, "a worker may not list sessions");
 }
 
+async fn list(h: &Harness, query: &str) -> Reply {
+    get(h, &format!("/v1/executions?{query}"), None).await
+}
+
 fn ids(r: &Reply) -> Vec<&str> {
     r.json["executions"]
         .as_array()
@@ -237,33 +241,31 @@ async fn the_list_filters_by_version_and_id_prefix() {
         let r = h.post("/v1/executions", None, &start.to_string()).await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.json);
     }
-    let list = |q: &str| {
-        let uri = format!("/v1/executions?{q}");
-        async move { get(&h, &uri, None).await }
-    };
-    let mut got = ids(&list("version=2.0.0").await);
+    let r = list(&h, "version=2.0.0").await;
+    let mut got = ids(&r);
     got.sort_unstable();
     assert_eq!(got, ["order-10", "order-2"]);
-    let mut got = ids(&list("id_prefix=order-1").await);
+    let r = list(&h, "id_prefix=order-1").await;
+    let mut got = ids(&r);
     got.sort_unstable();
     assert_eq!(got, ["order-1", "order-10"]);
-    assert_eq!(ids(&list("id_prefix=order-1&version=1.0.0").await), ["order-1"]);
-    assert_eq!(ids(&list("id_prefix=refund-1").await), ["refund-1"]);
-    assert!(ids(&list("id_prefix=nothing").await).is_empty());
-    assert_eq!(ids(&list("id_prefix=&version=").await).len(), 4, "empty is no filter");
+    assert_eq!(ids(&list(&h, "id_prefix=order-1&version=1.0.0").await), ["order-1"]);
+    assert_eq!(ids(&list(&h, "id_prefix=refund-1").await), ["refund-1"]);
+    assert!(ids(&list(&h, "id_prefix=nothing").await).is_empty());
+    assert_eq!(ids(&list(&h, "id_prefix=&version=").await).len(), 4, "empty is no filter");
     // Paging keeps the filters.
-    let first = list("version=2.0.0&limit=1").await;
+    let first = list(&h, "version=2.0.0&limit=1").await;
     assert_eq!(ids(&first).len(), 1);
     let cursor = first.json["next_cursor"].as_str().unwrap().to_owned();
-    let second = list(&format!("version=2.0.0&limit=1&cursor={cursor}")).await;
+    let second = list(&h, &format!("version=2.0.0&limit=1&cursor={cursor}")).await;
     assert_eq!(ids(&second).len(), 1);
     assert_ne!(ids(&first), ids(&second));
     assert_eq!(second.json["next_cursor"], Value::Null);
-    let bad = list("id_prefix=%01").await;
+    let bad = list(&h, "id_prefix=%01").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.code(), "INVALID_REQUEST");
     let long = format!("version={}", "9".repeat(200));
-    assert_eq!(list(&long).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(list(&h, &long).await.status, StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]

@@ -122,7 +122,7 @@ export function drawGraph(box, workflow, exec, events) {
       agg = { state: 'running', text: 'waiting for the signal' };
     }
     aggs.set(st.name, agg);
-    const count = states && states.fanout.get(st.name);
+    const count = states ? states.fanout.get(st.name) : undefined;
     const fan = st.for_each ? `for ${st.for_each.var} in …${count !== undefined ? ` (×${count})` : ''}` : '';
     svg.append(node(p, st.name, st.name, kindText(st), agg, { fan, kind: (st.kind || {}).kind }));
     if (st.compensate) {
@@ -145,8 +145,8 @@ function node(p, id, title, sub, agg, { fan = '', comp = false, kind = '' } = {}
       s('rect', { x: p.x + 4, y: p.y - 4, width: NW, height: NH, rx: 7, class: 'box shadow' }));
   }
   g.append(s('rect', { x: p.x, y: p.y, width: NW, height: NH, rx: 7, class: 'box' }),
-    s('text', { x: p.x + 10, y: p.y + 19, class: 'name' }, clip(title, 26)),
-    s('text', { x: p.x + 10, y: p.y + 35, class: 'sub' }, clip(fan || sub, 30)));
+    s('text', { x: p.x + 10, y: p.y + 19, class: 'name' }, clip(title, 23)),
+    s('text', { x: p.x + 10, y: p.y + 35, class: 'sub' }, clip(fan || sub, 29)));
   if (agg) g.append(s('text', { x: p.x + 10, y: p.y + 49, class: 'state' }, agg.text));
   return g;
 }

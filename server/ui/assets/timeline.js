@@ -11,7 +11,7 @@ import { ms, offset, isCompensation, TERMINAL } from './format.js';
 const W = 1000;
 const LABEL = 230;
 const ROW = 26;
-const TOP = 42;
+const TOP = 56;
 
 /** Units with their attempts, in order of first appearance. */
 export function units(events) {
@@ -130,10 +130,14 @@ export function drawTimeline(box, exec, events) {
     }
     svg.append(g);
   }
-  for (const rule of rules) {
+  rules.forEach((rule, i) => {
+    // Labels alternate between two lines so that rules close in time stay
+    // readable; near the right edge they extend to the left of their rule.
+    const rx = x(rule.t);
+    const right = rx > W - 220;
     svg.append(s('g', { class: `rule ${rule.kind}`, 'data-rule': rule.kind },
-      s('line', { x1: x(rule.t), x2: x(rule.t), y1: TOP - 4, y2: height - 4 }),
-      s('text', { x: x(rule.t) + 4, y: TOP - 10, class: 'rule-label' }, rule.label)));
-  }
+      s('line', { x1: rx, x2: rx, y1: TOP - 4, y2: height - 4 }),
+      s('text', { x: right ? rx - 4 : rx + 4, y: TOP - 8 - (i % 2) * 13, class: 'rule-label', 'text-anchor': right ? 'end' : 'start' }, rule.label)));
+  });
   replace(box, svg);
 }

@@ -47,6 +47,6 @@ function draw(body, sessions) {
       ? h('ul', { class: 'plain' }, w.held.map((t) => h('li', {},
         h('a', { class: 'mono', href: `/ui/executions/${seg(t.execution_id)}` }, t.execution_id), ' · ',
         h('span', { class: 'mono' }, t.unit), t.task ? ` (${t.task}, attempt ${t.attempt})` : '',
-        h('span', { class: 'muted small' }, ` since ${ago(t.dispatched_at)}`))))
+        h('span', { class: 'muted small' }, ` · dispatched ${ago(t.dispatched_at)}`))))
       : h('span', { class: 'muted' }, 'none')))));
 }
