@@ -32,3 +32,11 @@ rm -rf "$CONSOLE_SCREENSHOTS"
 cd server/ui/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider
 echo "console screenshots: $CONSOLE_SCREENSHOTS"
+
+# ORBIT_CONSOLE_DOCS=1 refreshes the book's screenshots from this run.
+if [ "${ORBIT_CONSOLE_DOCS:-}" = 1 ]; then
+    for name in executions execution-compensated signal-confirm execution-running \
+        definition workers signin reader-execution; do
+        cp "$CONSOLE_SCREENSHOTS/$name.png" ../../../docs/src/guide/console/
+    done
+fi

@@ -10,7 +10,8 @@ import { TERMINAL } from './format.js';
 
 export function actionButtons(exec, identity, done) {
   const may = identity && identity.permissions && identity.permissions.control;
-  if (!may || TERMINAL.includes(exec.status)) return [];
+  if (TERMINAL.includes(exec.status)) return [];
+  if (!may) return [h('span', { class: 'muted small', id: 'read-only' }, `Read-only: a ${identity && identity.role} token cannot signal or cancel.`)];
   return [
     h('button', { type: 'button', id: 'signal-button', onclick: () => signalDialog(exec, done) }, 'Send signal…'),
     h('button', { type: 'button', id: 'cancel-button', class: 'danger', onclick: () => cancelDialog(exec, done) }, 'Cancel execution…'),

@@ -7,7 +7,7 @@ import { get, seg, follow } from './api.js';
 import { h, replace, badge, jsonBlock } from './dom.js';
 import { TERMINAL, when } from './format.js';
 import { drawTimeline } from './timeline.js';
-import { drawGraph } from './graph.js';
+import { drawGraph, nodeStates } from './graph.js';
 import { History } from './history.js';
 import { actionButtons } from './actions.js';
 
@@ -88,11 +88,27 @@ function children(events) {
   return [...out.entries()];
 }
 
+/** What a running execution waits on: its steps (or compensations) in flight. */
+function waitingOn(state) {
+  const { exec, events, definition } = state;
+  if (TERMINAL.includes(exec.status)) return h('span', { class: 'muted' }, 'nothing (finished)');
+  const workflow = definition && definition.definition;
+  if (!workflow || !Array.isArray(workflow.steps)) return h('span', { class: 'muted' }, 'unknown');
+  const busy = ['running', 'queued'];
+  const items = [];
+  for (const [name, ns] of nodeStates(workflow, exec, events)) {
+    if (busy.includes(ns.step.state)) items.push(h('li', {}, h('code', {}, name), ` — ${ns.step.text}`));
+    if (busy.includes(ns.comp.state)) items.push(h('li', {}, h('code', {}, `compensate:${name}`), ` — ${ns.comp.text}`));
+  }
+  return items.length ? h('ul', { class: 'plain', id: 'waiting-on' }, items) : h('span', { class: 'muted' }, 'the scheduler (nothing in flight)');
+}
+
 function drawSummary(box, state) {
   const { exec, events } = state;
   const kids = children(events);
   const def = `/ui/definitions/${seg(exec.workflow)}/${seg(exec.version)}`;
   const rows = [
+    ['Waiting on', waitingOn(state)],
     ['Workflow', h('a', { href: def }, `${exec.workflow} ${exec.version}`)],
     ['Definition hash', h('code', { class: 'hash' }, exec.definition_hash)],
     ['Started', h('span', { title: exec.created_at }, when(exec.created_at))],

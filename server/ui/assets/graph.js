@@ -60,12 +60,7 @@ function stepStates(exec, events) {
   return { byStep, byComp, fanout };
 }
 
-export function drawGraph(box, workflow, exec, events) {
-  if (!workflow || !Array.isArray(workflow.steps)) {
-    replace(box, h('p', { class: 'muted' }, 'The definition is not available, so the graph cannot be drawn.'));
-    return;
-  }
-  const steps = workflow.steps;
+function depths(steps) {
   const depth = new Map();
   const depthOf = (name, seen = new Set()) => {
     if (depth.has(name)) return depth.get(name);
@@ -77,6 +72,41 @@ export function drawGraph(box, workflow, exec, events) {
     return d;
   };
   steps.forEach((st) => depthOf(st.name));
+  return depth;
+}
+
+/**
+ * The state of every step of `workflow` in an execution, and of its
+ * compensation: a map from step name to `{ step, comp }`, each
+ * `{ state, text }`. A signal step whose dependencies are done waits.
+ */
+export function nodeStates(workflow, exec, events) {
+  const steps = workflow.steps;
+  const depth = depths(steps);
+  const states = stepStates(exec, events);
+  const finished = ['completed', 'failed', 'cancelled', 'compensating'].includes(exec.status);
+  const out = new Map();
+  const ordered = [...steps].sort((a, b) => (depth.get(a.name) || 0) - (depth.get(b.name) || 0));
+  for (const st of ordered) {
+    let step = aggregate(states.byStep.get(st.name) || []);
+    const ready = (st.depends_on || []).every((d) => out.get(d) && ['succeeded', 'skipped'].includes(out.get(d).step.state));
+    if (step.state === 'idle' && (st.kind || {}).kind === 'signal' && !finished && ready) {
+      step = { state: 'running', text: 'waiting for the signal' };
+    }
+    let comp = aggregate(states.byComp.get(st.name) || []);
+    if (comp.state === 'idle') comp = { state: 'idle', text: 'not run' };
+    out.set(st.name, { step, comp, count: states.fanout.get(st.name) });
+  }
+  return out;
+}
+
+export function drawGraph(box, workflow, exec, events) {
+  if (!workflow || !Array.isArray(workflow.steps)) {
+    replace(box, h('p', { class: 'muted' }, 'The definition is not available, so the graph cannot be drawn.'));
+    return;
+  }
+  const steps = workflow.steps;
+  const depth = depths(steps);
   const columns = [];
   for (const st of steps) {
     const d = depth.get(st.name) || 0;
@@ -94,7 +124,7 @@ export function drawGraph(box, workflow, exec, events) {
     height = Math.max(height, y);
   });
   const width = PAD * 2 + Math.max(1, columns.length) * COL - (COL - NW);
-  const states = exec ? stepStates(exec, events) : null;
+  const states = exec ? nodeStates(workflow, exec, events) : null;
   const svg = s('svg', {
     viewBox: `0 0 ${width} ${height}`, width, height, class: 'graph', id: 'graph', role: 'img',
     'aria-label': `Graph of ${workflow.name} ${workflow.version}: ${steps.length} steps`,
@@ -111,26 +141,17 @@ export function drawGraph(box, workflow, exec, events) {
       svg.append(s('path', { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2 - 2} ${y2}`, class: 'edge', 'marker-end': 'url(#arrow)', 'data-from': dep, 'data-to': st.name }));
     }
   }
-  const finished = exec && ['completed', 'failed', 'cancelled', 'compensating'].includes(exec.status);
-  const aggs = new Map();
-  const ordered = [...steps].sort((a, b) => (depth.get(a.name) || 0) - (depth.get(b.name) || 0));
-  for (const st of ordered) {
+  for (const st of steps) {
     const p = pos.get(st.name);
-    let agg = states ? aggregate(states.byStep.get(st.name) || []) : null;
-    const ready = (st.depends_on || []).every((d) => aggs.get(d) && ['succeeded', 'skipped'].includes(aggs.get(d).state));
-    if (agg && agg.state === 'idle' && (st.kind || {}).kind === 'signal' && !finished && ready) {
-      agg = { state: 'running', text: 'waiting for the signal' };
-    }
-    aggs.set(st.name, agg);
-    const count = states ? states.fanout.get(st.name) : undefined;
+    const ns = states ? states.get(st.name) : null;
+    const count = ns ? ns.count : undefined;
     const fan = st.for_each ? `for ${st.for_each.var} in …${count !== undefined ? ` (×${count})` : ''}` : '';
-    svg.append(node(p, st.name, st.name, kindText(st), agg, { fan, kind: (st.kind || {}).kind }));
+    svg.append(node(p, st.name, st.name, kindText(st), ns && ns.step, { fan, kind: (st.kind || {}).kind }));
     if (st.compensate) {
       const c = pos.get(`compensate:${st.name}`);
-      const cagg = states ? aggregate(states.byComp.get(st.name) || []) : null;
       svg.append(s('path', { d: `M ${p.x + NW / 2} ${p.y + NH} L ${c.x + NW / 2} ${c.y}`, class: 'edge comp-edge' }));
       const task = st.compensate.call && st.compensate.call.task;
-      svg.append(node(c, `compensate:${st.name}`, `↺ compensate ${st.name}`, `task ${task}`, cagg && cagg.state === 'idle' ? { state: 'idle', text: 'not run' } : cagg, { comp: true }));
+      svg.append(node(c, `compensate:${st.name}`, `↺ compensate ${st.name}`, `task ${task}`, ns && ns.comp, { comp: true }));
     }
   }
   replace(box, svg);

@@ -112,7 +112,8 @@ def test_signal_then_cancel_a_running_execution(page, open_server):
     page.goto(server.base + "/ui/executions/approval-1")
     expect(page.locator(".title-row .badge")).to_have_text("running")
     expect(page.locator("#follow-state")).to_have_text("Following live…", timeout=TIMEOUT)
-    expect(page.locator('#graph [data-node="approve"]')).to_have_attribute("data-state", re.compile("running|queued"), timeout=TIMEOUT)
+    expect(page.locator('#graph [data-node="approve"]')).to_have_attribute("data-state", "running", timeout=TIMEOUT)
+    expect(page.locator("#waiting-on")).to_have_text("approve — waiting for the signal")
 
     page.click("#signal-button")
     dialog = page.locator("#signal-dialog")
@@ -216,6 +217,7 @@ def test_auth_reader_sees_no_actions_and_admin_does(page, auth_server):
     expect(page.locator("#history")).to_contain_text("StepScheduled")
     expect(page.locator("#signal-button")).to_have_count(0)
     expect(page.locator("#cancel-button")).to_have_count(0)
+    expect(page.locator("#read-only")).to_contain_text("reader token cannot signal or cancel")
     shot(page, "reader-execution")
     page.click('nav a:text-is("Workers")')
     expect(page.locator("#workers")).to_contain_text("console-test-worker", timeout=TIMEOUT)
