@@ -27,31 +27,34 @@ const SVG: &str = "image/svg+xml";
 /// The shell every console URL answers with.
 const PAGE: &str = include_str!("../ui/index.html");
 
+/// One file of `server/ui/assets/`, embedded.
+macro_rules! asset {
+    ($name:literal, $content_type:expr) => {
+        Asset {
+            name: $name,
+            content_type: $content_type,
+            body: include_str!(concat!("../ui/assets/", $name)),
+        }
+    };
+}
+
 /// The files under `/ui/assets/`.
 const ASSETS: &[Asset] = &[
-    asset("app.css", CSS, include_str!("../ui/assets/app.css")),
-    asset("favicon.svg", SVG, include_str!("../ui/assets/favicon.svg")),
-    asset("main.js", JS, include_str!("../ui/assets/main.js")),
-    asset("api.js", JS, include_str!("../ui/assets/api.js")),
-    asset("dom.js", JS, include_str!("../ui/assets/dom.js")),
-    asset("format.js", JS, include_str!("../ui/assets/format.js")),
-    asset("list.js", JS, include_str!("../ui/assets/list.js")),
-    asset("execution.js", JS, include_str!("../ui/assets/execution.js")),
-    asset("timeline.js", JS, include_str!("../ui/assets/timeline.js")),
-    asset("graph.js", JS, include_str!("../ui/assets/graph.js")),
-    asset("history.js", JS, include_str!("../ui/assets/history.js")),
-    asset("actions.js", JS, include_str!("../ui/assets/actions.js")),
-    asset("definitions.js", JS, include_str!("../ui/assets/definitions.js")),
-    asset("workers.js", JS, include_str!("../ui/assets/workers.js")),
+    asset!("app.css", CSS),
+    asset!("favicon.svg", SVG),
+    asset!("main.js", JS),
+    asset!("api.js", JS),
+    asset!("dom.js", JS),
+    asset!("format.js", JS),
+    asset!("list.js", JS),
+    asset!("execution.js", JS),
+    asset!("timeline.js", JS),
+    asset!("graph.js", JS),
+    asset!("history.js", JS),
+    asset!("actions.js", JS),
+    asset!("definitions.js", JS),
+    asset!("workers.js", JS),
 ];
-
-const fn asset(name: &'static str, content_type: &'static str, body: &'static str) -> Asset {
-    Asset {
-        name,
-        content_type,
-        body,
-    }
-}
 
 /// The console's routes, to merge into the API router.
 pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {

@@ -11,8 +11,8 @@ mod guard_support;
 use axum::http::{Method, StatusCode};
 use guard_support::{Harness, Reply};
 use orbit_io_tokio::driver::Options;
-use orbit_server::api::auth::{hash_token, AuthConfig};
 use orbit_server::api;
+use orbit_server::api::auth::{hash_token, AuthConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -177,7 +177,9 @@ async fn a_reader_reads_everything_and_changes_nothing() {
     let admin = [("authorization", "Bearer admin-secret")];
     let reader = [("authorization", "Bearer reader-secret")];
     let deploy = json!({"source": guard_support::SOURCE, "filename": "t.orbit"}).to_string();
-    let r = h.send(Method::POST, "/v1/definitions", &admin, &deploy).await;
+    let r = h
+        .send(Method::POST, "/v1/definitions", &admin, &deploy)
+        .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.json);
     let start = r#"{"workflow": "Plain", "input": {"n": 1}, "execution_id": "e1"}"#;
     let r = h.send(Method::POST, "/v1/executions", &admin, start).await;
@@ -204,7 +206,11 @@ async fn a_reader_reads_everything_and_changes_nothing() {
         assert_eq!(r.code(), "FORBIDDEN");
     }
     let r = get(&h, "/v1/workers", Some(WORKER)).await;
-    assert_eq!(r.status, StatusCode::FORBIDDEN, "a worker may not list sessions");
+    assert_eq!(
+        r.status,
+        StatusCode::FORBIDDEN,
+        "a worker may not list sessions"
+    );
 }
 
 async fn list(h: &Harness, query: &str) -> Reply {
@@ -237,7 +243,8 @@ async fn the_list_filters_by_version_and_id_prefix() {
         ("order-10", "2.0.0"),
         ("refund-1", "1.0.0"),
     ] {
-        let start = json!({"workflow": "Plain", "version": version, "input": {"n": 1}, "execution_id": id});
+        let start =
+            json!({"workflow": "Plain", "version": version, "input": {"n": 1}, "execution_id": id});
         let r = h.post("/v1/executions", None, &start.to_string()).await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.json);
     }
@@ -249,10 +256,17 @@ async fn the_list_filters_by_version_and_id_prefix() {
     let mut got = ids(&r);
     got.sort_unstable();
     assert_eq!(got, ["order-1", "order-10"]);
-    assert_eq!(ids(&list(&h, "id_prefix=order-1&version=1.0.0").await), ["order-1"]);
+    assert_eq!(
+        ids(&list(&h, "id_prefix=order-1&version=1.0.0").await),
+        ["order-1"]
+    );
     assert_eq!(ids(&list(&h, "id_prefix=refund-1").await), ["refund-1"]);
     assert!(ids(&list(&h, "id_prefix=nothing").await).is_empty());
-    assert_eq!(ids(&list(&h, "id_prefix=&version=").await).len(), 4, "empty is no filter");
+    assert_eq!(
+        ids(&list(&h, "id_prefix=&version=").await).len(),
+        4,
+        "empty is no filter"
+    );
     // Paging keeps the filters.
     let first = list(&h, "version=2.0.0&limit=1").await;
     assert_eq!(ids(&first).len(), 1);
@@ -333,5 +347,8 @@ async fn the_openapi_document_lists_the_console_reads() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert!(params.contains(&"version") && params.contains(&"id_prefix"), "{params:?}");
+    assert!(
+        params.contains(&"version") && params.contains(&"id_prefix"),
+        "{params:?}"
+    );
 }
