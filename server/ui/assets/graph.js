@@ -126,7 +126,7 @@ export function drawGraph(box, workflow, exec, events) {
   const width = PAD * 2 + Math.max(1, columns.length) * COL - (COL - NW);
   const states = exec ? nodeStates(workflow, exec, events) : null;
   const svg = s('svg', {
-    viewBox: `0 0 ${width} ${height}`, width, height, class: 'graph', id: 'graph', role: 'img',
+    viewBox: `0 0 ${width} ${height}`, width, height, class: 'graph', id: 'graph', role: 'group',
     'aria-label': `Graph of ${workflow.name} ${workflow.version}: ${steps.length} steps`,
   });
   svg.append(s('defs', {}, s('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' },
@@ -159,8 +159,9 @@ export function drawGraph(box, workflow, exec, events) {
 
 function node(p, id, title, sub, agg, { fan = '', comp = false, kind = '' } = {}) {
   const state = agg ? agg.state : 'plain';
-  const g = s('g', { class: `node st-${state}${comp ? ' comp' : ''}${fan ? ' fan' : ''}`, 'data-node': id, 'data-state': state, 'data-kind': kind, tabindex: 0 });
-  g.append(s('title', {}, `${title} — ${sub}${fan ? ` — ${fan}` : ''}${agg ? ` — ${agg.text}` : ''}`));
+  const text = `${title} — ${sub}${fan ? ` — ${fan}` : ''}${agg ? ` — ${agg.text}` : ''}`;
+  const g = s('g', { class: `node st-${state}${comp ? ' comp' : ''}${fan ? ' fan' : ''}`, 'data-node': id, 'data-state': state, 'data-kind': kind, tabindex: 0, role: 'img', 'aria-label': text });
+  g.append(s('title', {}, text));
   if (fan) {
     g.append(s('rect', { x: p.x + 8, y: p.y - 8, width: NW, height: NH, rx: 7, class: 'box shadow' }),
       s('rect', { x: p.x + 4, y: p.y - 4, width: NW, height: NH, rx: 7, class: 'box shadow' }));

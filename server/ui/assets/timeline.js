@@ -85,7 +85,7 @@ export function drawTimeline(box, exec, events) {
   const lines = rows.length + (signals.length ? 1 : 0);
   const height = TOP + lines * ROW + 8;
   const svg = s('svg', {
-    viewBox: `0 0 ${W} ${height}`, class: 'timeline', id: 'timeline', role: 'img',
+    viewBox: `0 0 ${W} ${height}`, class: 'timeline', id: 'timeline', role: 'group',
     'aria-label': `Timeline of ${rows.length} units over ${offset(span)}`,
   });
   svg.append(s('defs', {}, s('pattern', { id: 'hatch', width: 6, height: 6, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' },
@@ -103,9 +103,9 @@ export function drawTimeline(box, exec, events) {
     for (const a of r.attempts) {
       const end = a.end !== null ? a.end : t1;
       const disp = a.dispatched !== null ? a.dispatched : end;
-      const tip = s('title', {}, describe(r, a, t0));
-      const cls = ['bar', a.outcome || 'open', a.redelivery ? 'redelivery' : ''].join(' ');
-      const bar = s('g', { class: cls, 'data-attempt': a.attempt, 'data-outcome': a.outcome || 'running', tabindex: 0 }, tip);
+      const text = describe(r, a, t0);
+      const cls = ['bar', a.outcome || 'open', a.redelivery && 'redelivery'].filter(Boolean).join(' ');
+      const bar = s('g', { class: cls, 'data-attempt': a.attempt, 'data-outcome': a.outcome || 'running', tabindex: 0, role: 'img', 'aria-label': text }, s('title', {}, text));
       if (disp > a.scheduled) bar.append(s('rect', { x: x(a.scheduled), y: y + 7, width: Math.max(2, x(disp) - x(a.scheduled)), height: ROW - 14, class: 'queued' }));
       bar.append(s('rect', { x: x(disp), y: y + 5, width: Math.max(4, x(end) - x(disp)), height: ROW - 10, rx: 3, class: 'run' }));
       if (a.outcome === 'uncertain') {

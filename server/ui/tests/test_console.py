@@ -4,11 +4,13 @@ signalling and cancelling a running execution (and a refused action's
 error), the definitions and workers pages, and auth with a read-only
 token. Every page is saved as a screenshot."""
 
+import json
 import re
+import subprocess
 
 from playwright.sync_api import expect
 
-from conftest import ADMIN_TOKEN, READER_TOKEN, shot
+from conftest import ADMIN_TOKEN, ORBIT, READER_TOKEN, shot
 
 TIMEOUT = 15_000
 
@@ -230,3 +232,55 @@ def test_auth_reader_sees_no_actions_and_admin_does(page, auth_server):
     page.goto(server.base + "/ui/executions/approval-1")
     expect(page.locator("#signal-button")).to_be_visible()
     expect(page.locator("#cancel-button")).to_be_visible()
+
+
+def test_history_reads_exactly_as_orbit_logs(page, open_server):
+    server, _ = open_server
+    for oid in ("order-declined", "order-ok"):
+        cli = subprocess.run([ORBIT, "logs", oid, "--server", server.base],
+                             capture_output=True, text=True, check=True, timeout=30)
+        page.goto(f"{server.base}/ui/executions/{oid}")
+        expect(page.locator("#history button.line").first).to_be_visible()
+        lines = page.locator("#history button.line").all_inner_texts()
+        assert lines == cli.stdout.splitlines()
+
+
+UNCERTAIN_HISTORY = """[
+  {"seq": 1, "at": "2026-01-01T00:00:00.000Z", "type": "WorkflowCreated"},
+  {"seq": 2, "at": "2026-01-01T00:00:00.000Z", "type": "WorkflowStarted"},
+  {"seq": 3, "at": "2026-01-01T00:00:00.000Z", "type": "StepScheduled", "step": "charge", "attempt": 1,
+   "redelivery": false, "idempotency_key": "charge-o-9", "task": "payments.charge"},
+  {"seq": 4, "at": "2026-01-01T00:00:00.040Z", "type": "StepDispatched", "step": "charge", "attempt": 1, "worker_id": "pay-1"},
+  {"seq": 5, "at": "2026-01-01T00:00:32.100Z", "type": "StepAttemptUncertain", "step": "charge", "attempt": 1,
+   "reason": "worker `pay-1` stopped responding"},
+  {"seq": 6, "at": "2026-01-01T00:00:32.100Z", "type": "StepScheduled", "step": "charge", "attempt": 1,
+   "redelivery": true, "idempotency_key": "charge-o-9", "task": "payments.charge"},
+  {"seq": 7, "at": "2026-01-01T00:00:32.300Z", "type": "StepDispatched", "step": "charge", "attempt": 1, "worker_id": "pay-2"},
+  {"seq": 8, "at": "2026-01-01T00:00:32.500Z", "type": "StepSucceeded", "step": "charge", "attempt": 1},
+  {"seq": 9, "at": "2026-01-01T00:00:32.500Z", "type": "WorkflowCompleted", "output": {}}
+]"""
+
+
+def test_timeline_marks_uncertain_attempts_and_redeliveries(page, open_server):
+    # The crash-mid-charge history of histories.md, drawn by the console's
+    # own modules in the page.
+    server, _ = open_server
+    page.goto(server.base + "/ui/definitions")
+    expect(page.locator("#definitions")).to_be_visible()
+    result = page.evaluate("""async (events) => {
+        const tl = await import('/ui/assets/timeline.js');
+        const fmt = await import('/ui/assets/format.js');
+        const box = document.createElement('div');
+        document.getElementById('main').append(box);
+        tl.drawTimeline(box, {status: 'completed'}, events);
+        const origin = Date.parse(events[0].at);
+        return {
+            bars: [...box.querySelectorAll('g.bar')].map((b) => b.getAttribute('class')),
+            marks: [...box.querySelectorAll('text.mark')].map((t) => t.textContent),
+            lines: events.map((e) => fmt.logLine('o-9', origin, e)),
+        };
+    }""", json.loads(UNCERTAIN_HISTORY))
+    assert result["bars"] == ["bar uncertain", "bar succeeded redelivery"]
+    assert sorted(result["marks"]) == ["?", "↻"]
+    assert result["lines"][4] == "+ 32.1s #5 StepAttemptUncertain step=charge attempt=1 reason=worker `pay-1` stopped responding"
+    assert result["lines"][5] == "+ 32.1s #6 StepScheduled step=charge attempt=1 redelivery=true key=charge-o-9"
