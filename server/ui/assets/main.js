@@ -42,8 +42,13 @@ function route() {
     }
     const params = m.slice(1).map(decodeURIComponent);
     const ctx = { identity, signal: leave.signal, params, query: new URLSearchParams(location.search), navigate };
+    // A filter that navigates keeps the keyboard focus on the redrawn control.
+    const focused = main.contains(document.activeElement) ? document.activeElement.id : '';
     replace(main, h('p', { class: 'muted' }, 'Loading…'));
-    Promise.resolve(render(main, ctx)).catch((e) => {
+    Promise.resolve(render(main, ctx)).then(() => {
+      const again = focused && document.getElementById(focused);
+      if (again) again.focus();
+    }).catch((e) => {
       if (e.name !== 'AbortError') replace(main, errorBox(e, 'This page could not be loaded'));
     });
     return;

@@ -225,6 +225,8 @@ def page(browser):
     pg = context.new_page()
     errors = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    # The pages must live within their Content-Security-Policy.
+    pg.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
     yield pg
     context.close()
     assert not errors, f"JavaScript errors: {errors}"

@@ -49,6 +49,23 @@ def test_list_shows_every_execution_and_filters(page, open_server):
     expect(page.locator("#executions td.empty")).to_contain_text("No execution matches")
 
 
+def test_list_pages_newest_first(page, open_server):
+    server, api = open_server
+    for i in range(30):
+        api.ok("POST", "/v1/executions", {"workflow": "Approval", "execution_id": f"page-{i:02}",
+                                          "input": {"order_id": f"page-{i:02}", "items": []}})
+    page.goto(server.base + "/ui?id_prefix=page-")
+    expect(rows(page)).to_have_count(25, timeout=TIMEOUT)
+    expect(rows(page).first).to_have_attribute("data-id", "page-29")
+    page.click('a[rel="next"]')
+    expect(page).to_have_url(re.compile(r"id_prefix=page-&cursor="))
+    expect(rows(page)).to_have_count(5, timeout=TIMEOUT)
+    expect(rows(page).first).to_have_attribute("data-id", "page-04")
+    expect(page.locator('a[rel="next"]')).to_have_count(0)
+    page.click('a:text-is("⟵ Newest")')
+    expect(rows(page).first).to_have_attribute("data-id", "page-29", timeout=TIMEOUT)
+
+
 def test_list_updates_status_live(page, open_server):
     server, api = open_server
     api.ok("POST", "/v1/executions", {"workflow": "Approval", "execution_id": "approval-live",
