@@ -144,6 +144,9 @@ pub enum Request {
         /// Default cap on tasks per poll.
         max_tasks: Option<u32>,
     },
+    /// `GET /v1/workers`: the live worker sessions, with their patterns, last
+    /// contact and the deliveries they hold.
+    ListWorkers,
     /// `POST /v1/workers/{session}/poll` (long poll).
     Poll {
         /// Session id.
@@ -203,6 +206,10 @@ pub struct ListFilter {
     pub status: Option<Status>,
     /// Only executions of this workflow.
     pub workflow: Option<String>,
+    /// Only executions pinned to this workflow version.
+    pub version: Option<String>,
+    /// Only executions whose id starts with this (an exact id included).
+    pub id_prefix: Option<String>,
     /// Page size (default 100, at most 1000).
     pub limit: Option<usize>,
     /// The `next_cursor` of the previous page.

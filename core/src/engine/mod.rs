@@ -254,6 +254,7 @@ impl Engine {
                 task_patterns,
                 max_tasks,
             } => self.register_worker(id, worker_id, task_patterns, max_tasks),
+            Request::ListWorkers => self.list_workers(id),
             Request::Poll {
                 session_id,
                 max_tasks,

@@ -1,11 +1,11 @@
-//! Reads: an execution as `GET` shows it, the list, the history, and
-//! parked waits.
+//! Reads: an execution as `GET` shows it, the list, the history, the worker
+//! sessions, and parked waits.
 
 use super::effect::Response;
 use super::input::{ListFilter, RequestId};
 use super::state::ParkedWait;
 use super::{rfc3339, Engine};
-use crate::history::{Event, Projection, Unit, UnitState};
+use crate::history::{DispatchState, Event, Projection, Unit, UnitState};
 use serde_json::{json, Value};
 
 fn unit_view(u: &Unit) -> Value {
@@ -99,6 +99,13 @@ impl Engine {
             .filter(|p| p.last_seq > 0)
             .filter(|p| filter.status.is_none_or(|s| p.status == s))
             .filter(|p| filter.workflow.as_ref().is_none_or(|w| p.workflow == *w))
+            .filter(|p| filter.version.as_ref().is_none_or(|v| p.version == *v))
+            .filter(|p| {
+                filter
+                    .id_prefix
+                    .as_ref()
+                    .is_none_or(|x| p.execution_id.starts_with(x.as_str()))
+            })
             .filter(|p| {
                 cursor
                     .as_ref()
@@ -154,6 +161,57 @@ impl Engine {
             ),
         };
         self.reply(id, response);
+    }
+
+    /// `GET /v1/workers`: every session the engine holds (a session leaves
+    /// when it unregisters or misses its timeout), by session id, with the
+    /// deliveries it holds whose outcome the server still awaits. Delivery
+    /// tokens are not shown: they are a worker's credential for reporting a
+    /// result.
+    pub(super) fn list_workers(&mut self, id: RequestId) {
+        let sessions: Vec<Value> = self
+            .sessions
+            .iter()
+            .map(|(session_id, s)| {
+                let held: Vec<Value> = s
+                    .tokens
+                    .iter()
+                    .filter_map(|token| {
+                        let t = self.tokens.get(token)?;
+                        let p = &self.executions.get(&t.execution_id)?.proj;
+                        let u = p.units.get(&t.unit)?;
+                        let outstanding = !p.status.is_terminal()
+                            && !u.is_resolved()
+                            && u.dispatches
+                                .get(token)
+                                .is_some_and(|d| d.state != DispatchState::Failed);
+                        outstanding.then(|| {
+                            json!({
+                                "execution_id": t.execution_id,
+                                "unit": t.unit,
+                                "task": u.task,
+                                "attempt": u.attempt,
+                                "dispatched_at": rfc3339(t.dispatched_at),
+                                "confirmed": t.confirmed,
+                            })
+                        })
+                    })
+                    .collect();
+                json!({
+                    "session_id": session_id,
+                    "worker_id": s.worker_id,
+                    "task_patterns": s.patterns,
+                    "max_tasks": s.max_tasks,
+                    "last_seen": rfc3339(s.last_seen),
+                    "held": held,
+                })
+            })
+            .collect();
+        let body = json!({
+            "sessions": sessions,
+            "session_timeout_ms": self.config.session_timeout_ms,
+        });
+        self.reply(id, Response::ok(200, body));
     }
 
     pub(super) fn wait(&mut self, id: RequestId, exec_id: &str, timeout_ms: u64) {

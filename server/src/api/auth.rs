@@ -1,12 +1,15 @@
 //! Authentication and permissions (`--auth FILE`, `api.md`): named API tokens
-//! with a role — `admin` (everything), `client` (start, signal, cancel, read)
-//! or `worker` (register for patterns inside its `task_patterns`, poll and
+//! with a role — `admin` (everything), `client` (start, signal, cancel, read),
+//! `reader` (read only: the console's look-but-don't-touch role) or `worker`
+//! (register for patterns inside its `task_patterns`, poll and
 //! heartbeat its own sessions, report results for tasks it may receive) —
 //! stored as SHA-256 hex in a TOML file and compared in constant time.
 //! Requests carry `Authorization: Bearer <token>`; a missing or unknown token
 //! is `401 UNAUTHENTICATED`, a known token outside its role `403 FORBIDDEN`.
-//! `/healthz`, `/readyz` and `/v1/openapi.json` are open; `/metrics` needs any
-//! valid token.
+//! `/healthz`, `/readyz`, `/v1/openapi.json` and the console's pages and
+//! assets (`GET /ui…`, which hold no data: the console calls the API with the
+//! operator's token) are open; `/metrics` and `/v1/whoami` need any valid
+//! token.
 
 use super::error::ApiError;
 use super::idempotency::read_body;
@@ -31,8 +34,37 @@ pub enum Role {
     Admin,
     /// Start, signal, cancel and read.
     Client,
+    /// Read only: definitions, executions, histories, worker sessions.
+    Reader,
     /// The worker protocol, within its task patterns.
     Worker,
+}
+
+impl Role {
+    /// The role's name as the auth file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Client => "client",
+            Role::Reader => "reader",
+            Role::Worker => "worker",
+        }
+    }
+
+    /// Whether the role may read definitions, executions and sessions.
+    pub fn may_read(self) -> bool {
+        matches!(self, Role::Admin | Role::Client | Role::Reader)
+    }
+
+    /// Whether the role may start, signal and cancel executions.
+    pub fn may_control(self) -> bool {
+        matches!(self, Role::Admin | Role::Client)
+    }
+
+    /// Whether the role may deploy definitions.
+    pub fn may_deploy(self) -> bool {
+        self == Role::Admin
+    }
 }
 
 /// The authenticated caller of a request (in the request's extensions).
@@ -154,7 +186,7 @@ impl AuthConfig {
                         e.name
                     )))
                 }
-                Role::Admin | Role::Client if !e.task_patterns.is_empty() => {
+                Role::Admin | Role::Client | Role::Reader if !e.task_patterns.is_empty() => {
                     return Err(AuthError::Invalid(format!(
                         "token `{}`: task_patterns apply to worker tokens only",
                         e.name
@@ -236,7 +268,7 @@ pub enum Access {
     Open,
     /// Any valid token.
     Any,
-    /// Reads (client, admin).
+    /// Reads (reader, client, admin).
     Read,
     /// Start, signal, cancel (client, admin).
     Control,
@@ -257,6 +289,8 @@ pub fn access(method: &Method, path: &str) -> Access {
     let post = method == Method::POST;
     match parts.as_slice() {
         ["healthz"] | ["readyz"] | ["v1", "openapi.json"] if get => Access::Open,
+        ["ui", ..] if get => Access::Open,
+        ["v1", "workers"] if get => Access::Read,
         ["v1", "definitions"] if post => Access::Deploy,
         ["v1", "definitions", ..] if get => Access::Read,
         ["v1", "executions"] if post => Access::Control,
@@ -339,6 +373,7 @@ pub async fn middleware(State(auth): State<Auth>, mut request: Request, next: Ne
     match (&route, role) {
         (_, Role::Admin) | (Access::Any, _) => {}
         (Access::Read | Access::Control, Role::Client) => {}
+        (Access::Read, Role::Reader) => {}
         (Access::Register, Role::Worker) => {
             let (parts, body) = request.into_parts();
             let bytes = match read_body(body, auth.max_body).await {
@@ -371,11 +406,7 @@ pub async fn middleware(State(auth): State<Auth>, mut request: Request, next: Ne
         _ => {
             return forbidden(format!(
                 "a {} token may not use {} {}",
-                match role {
-                    Role::Admin => "admin",
-                    Role::Client => "client",
-                    Role::Worker => "worker",
-                },
+                role.as_str(),
                 request.method(),
                 request.uri().path()
             ))
@@ -454,6 +485,11 @@ mod tests {
     fn routes() {
         assert_eq!(access(&Method::GET, "/healthz"), Access::Open);
         assert_eq!(access(&Method::GET, "/metrics"), Access::Any);
+        assert_eq!(access(&Method::GET, "/v1/whoami"), Access::Any);
+        assert_eq!(access(&Method::GET, "/ui"), Access::Open);
+        assert_eq!(access(&Method::GET, "/ui/assets/app.js"), Access::Open);
+        assert_eq!(access(&Method::POST, "/ui"), Access::Any);
+        assert_eq!(access(&Method::GET, "/v1/workers"), Access::Read);
         assert_eq!(access(&Method::POST, "/v1/definitions"), Access::Deploy);
         assert_eq!(access(&Method::POST, "/v1/executions/x/wait"), Access::Read);
         assert_eq!(

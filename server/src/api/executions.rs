@@ -91,6 +91,10 @@ pub struct ListQuery {
     pub status: Option<String>,
     /// Only this workflow.
     pub workflow: Option<String>,
+    /// Only executions pinned to this workflow version.
+    pub version: Option<String>,
+    /// Only executions whose id starts with this (an exact id included).
+    pub id_prefix: Option<String>,
     /// Page size.
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
@@ -106,6 +110,8 @@ fn parse_status(s: &str) -> Result<Status, ApiError> {
 }
 
 /// Executions, newest first: `{"executions": [...], "next_cursor": ...}`.
+/// Filters combine: `status`, `workflow`, `version` and `id_prefix` must
+/// all match; an empty parameter is no filter.
 #[utoipa::path(get, path = "/v1/executions", params(ListQuery),
     responses((status = 200, description = "a page of executions")))]
 pub async fn list(
@@ -121,9 +127,23 @@ pub async fn list(
     if q.limit == Some(0) {
         return Err(ApiError::invalid("limit must be at least 1"));
     }
+    let workflow = q.workflow.filter(|w| !w.is_empty());
+    if let Some(w) = &workflow {
+        check_name("workflow", w, 255)?;
+    }
+    let version = q.version.filter(|v| !v.is_empty());
+    if let Some(v) = &version {
+        check_name("version", v, 128)?;
+    }
+    let id_prefix = q.id_prefix.filter(|x| !x.is_empty());
+    if let Some(x) = &id_prefix {
+        check_name("id_prefix", x, 128)?;
+    }
     let filter = ListFilter {
         status,
-        workflow: q.workflow.filter(|w| !w.is_empty()),
+        workflow,
+        version,
+        id_prefix,
         limit: q.limit.map(|l| l.min(1000)),
         cursor: q.cursor.filter(|c| !c.is_empty()),
     };

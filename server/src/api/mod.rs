@@ -1,5 +1,6 @@
 //! The HTTP API of `api.md` over axum: definitions, executions, the worker
-//! protocol, health, metrics and the OpenAPI document. [`app`] builds the
+//! protocol, health, metrics and the OpenAPI document, with the web console
+//! ([`crate::ui`]) merged in at `/ui`. [`app`] builds the
 //! router from an [`AppState`] without binding a socket, so tests drive it
 //! with `tower::ServiceExt::oneshot`.
 
@@ -14,6 +15,7 @@ pub mod idempotency;
 pub mod limits;
 pub mod openapi;
 mod reply;
+mod whoami;
 mod workers;
 
 pub use error::ApiError;
@@ -107,7 +109,8 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         )
         .route("/v1/executions/{id}/cancel", post(executions::cancel))
         .route("/v1/executions/{id}/wait", post(executions::wait))
-        .route("/v1/workers", post(workers::register))
+        .route("/v1/whoami", get(whoami::whoami))
+        .route("/v1/workers", post(workers::register).get(workers::list))
         .route("/v1/workers/{session}", delete(workers::unregister))
         .route("/v1/workers/{session}/poll", post(workers::poll))
         .route("/v1/workers/{session}/heartbeat", post(workers::heartbeat))
@@ -116,6 +119,7 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/v1/openapi.json", get(openapi::serve))
+        .merge(crate::ui::routes())
         .fallback(error::not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))

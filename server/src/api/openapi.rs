@@ -1,7 +1,7 @@
 //! The OpenAPI document, generated from the handlers' annotations with
 //! utoipa and served at `/v1/openapi.json`.
 
-use super::{definitions, executions, health, history, workers};
+use super::{definitions, executions, health, history, whoami, workers};
 use axum::Json;
 use utoipa::OpenApi;
 
@@ -24,6 +24,7 @@ use utoipa::OpenApi;
         executions::wait,
         history::history,
         workers::register,
+        workers::list,
         workers::poll,
         workers::heartbeat,
         workers::unregister,
@@ -31,6 +32,7 @@ use utoipa::OpenApi;
         health::healthz,
         health::readyz,
         health::metrics,
+        whoami::whoami,
     ),
     components(schemas(
         definitions::DeployBody,
@@ -43,6 +45,8 @@ use utoipa::OpenApi;
         workers::HeartbeatBody,
         workers::ResultBody,
         workers::ReportedError,
+        whoami::Identity,
+        whoami::Permissions,
     ))
 )]
 pub struct ApiDoc;

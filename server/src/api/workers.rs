@@ -1,5 +1,5 @@
 //! The worker protocol: register, long-poll, heartbeat, result by token,
-//! unregister.
+//! unregister; and the read-only list of sessions.
 
 use super::auth::{Caller, Role};
 use super::error::ApiError;
@@ -240,4 +240,14 @@ pub async fn result(
             })
             .await,
     ))
+}
+
+/// The live worker sessions: `{"sessions": [{session_id, worker_id,
+/// task_patterns, max_tasks, last_seen, held: [{execution_id, unit, task,
+/// attempt, dispatched_at, confirmed}]}], "session_timeout_ms"}`. Delivery
+/// tokens are not shown.
+#[utoipa::path(get, path = "/v1/workers",
+    responses((status = 200, description = "`{sessions: [...], session_timeout_ms}`")))]
+pub async fn list(State(state): State<AppState>) -> Response {
+    respond(state.driver.call(Request::ListWorkers).await)
 }

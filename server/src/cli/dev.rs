@@ -138,6 +138,9 @@ async fn dev(args: Args) -> Result<u8, String> {
             "workers polling"
         };
         println!("\n{what} {url}; press ctrl-c to stop");
+        if embedded.is_some() {
+            println!("web console: {url}/ui");
+        }
         if let Err(e) = tokio::signal::ctrl_c().await {
             eprintln!("cannot listen for ctrl-c ({e}); stopping now");
         }

@@ -162,6 +162,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
     eprintln!("orbit server listening on http://{bound}");
+    eprintln!("web console at http://{bound}/ui");
     // On a signal, stop the engine first: parked long polls and waits are
     // answered 503 at once instead of holding the shutdown for minutes.
     let stopping = driver.clone();
