@@ -108,3 +108,65 @@ fn tokens_reach_the_server() {
         running.await.unwrap().unwrap();
     });
 }
+
+/// Runs `orbit auth hash-token ARGS` with `stdin` fed in.
+fn hash_token_cli(args: &[&str], stdin: &str) -> (i32, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_orbit"))
+        .arg("auth")
+        .arg("hash-token")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn hash_token_prints_what_the_auth_file_wants() {
+    // From the argument, and from stdin with its newline dropped: the same
+    // 64 hex digits the server compares against.
+    let (code, out) = hash_token_cli(&[ADMIN], "");
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), hash_token(ADMIN));
+    assert_eq!(out.trim().len(), 64);
+    let (code, out) = hash_token_cli(&[], &format!("{ADMIN}\n"));
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), hash_token(ADMIN));
+    // The known value of the book's example (`password`).
+    let (_, out) = hash_token_cli(&["password"], "");
+    assert_eq!(
+        out.trim(),
+        "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"
+    );
+    // Nothing to hash is a usage error.
+    let (code, _) = hash_token_cli(&[], "");
+    assert_eq!(code, 2);
+
+    // --generate: a fresh token and its hash; an auth file made from the
+    // printed lines lets that token in.
+    let (code, out) = hash_token_cli(&["--generate"], "");
+    assert_eq!(code, 0);
+    let token = out
+        .lines()
+        .find_map(|l| l.strip_prefix("token = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .unwrap();
+    let sha = out.lines().find(|l| l.starts_with("sha256 = ")).unwrap();
+    let file = format!("[[tokens]]\nname = \"gen\"\nrole = \"client\"\n{sha}\n");
+    let config = orbit_server::api::auth::AuthConfig::parse(&file).unwrap();
+    assert_eq!(config.authenticate(token).unwrap().name, "gen");
+    assert!(config.authenticate("other").is_none());
+}

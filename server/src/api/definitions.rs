@@ -11,35 +11,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use orbit_core::check::{self, Definition, Source};
 use orbit_core::engine::{DefinitionRecord, Request};
-use serde::Deserialize;
+use orbit_sdk::wire::{self, DeployRequest, SourceFile};
 use std::collections::BTreeMap;
-use utoipa::ToSchema;
-
-/// One source file of a deploy.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SourceFile {
-    /// File name shown in diagnostics.
-    pub filename: String,
-    /// The `.orbit` text.
-    pub source: String,
-}
-
-/// Body of `POST /v1/definitions`: one file (`source` + `filename`) or
-/// several (`files`).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DeployBody {
-    /// The `.orbit` text of a single file.
-    pub source: Option<String>,
-    /// Its file name (default `main.orbit`).
-    pub filename: Option<String>,
-    /// Several files, compiled together.
-    pub files: Option<Vec<SourceFile>>,
-}
 
 fn check_filename(name: &str) -> Result<(), ApiError> {
-    if name.is_empty() || name.len() > 255 || name.chars().any(char::is_control) {
+    if !wire::text_ok(name, wire::NAME_MAX) {
         return Err(ApiError::invalid(
             "filename must be 1 to 255 characters without control characters",
         ));
@@ -47,40 +23,36 @@ fn check_filename(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn sources(body: DeployBody) -> Result<Vec<Source>, ApiError> {
-    let mut out = Vec::new();
-    if let Some(text) = body.source {
-        let name = body.filename.unwrap_or_else(|| "main.orbit".to_owned());
-        check_filename(&name)?;
-        out.push(Source { name, text });
-    } else if body.filename.is_some() {
-        return Err(ApiError::invalid("`filename` given without `source`"));
-    }
-    for f in body.files.unwrap_or_default() {
-        check_filename(&f.filename)?;
-        out.push(Source {
-            name: f.filename,
-            text: f.source,
-        });
-    }
-    if out.is_empty() {
-        return Err(ApiError::invalid(
-            "give `source` or a non-empty `files` list",
-        ));
-    }
-    Ok(out)
+fn sources(body: DeployRequest) -> Result<Vec<Source>, ApiError> {
+    let files = match body {
+        DeployRequest::Source { source, filename } => vec![SourceFile {
+            filename: filename.unwrap_or_else(|| "main.orbit".to_owned()),
+            source,
+        }],
+        DeployRequest::Files { files } => files,
+    };
+    files
+        .into_iter()
+        .map(|f| {
+            check_filename(&f.filename)?;
+            Ok(Source {
+                name: f.filename,
+                text: f.source,
+            })
+        })
+        .collect()
 }
 
 /// Compiles the sources (children may refer to already registered
 /// workflows) and registers every workflow.
-#[utoipa::path(post, path = "/v1/definitions", request_body = DeployBody,
-    responses((status = 200, description = "every workflow registered, with `created`"),
-              (status = 422, description = "COMPILE_ERROR with `diagnostics`"),
-              (status = 409, description = "DEFINITION_CONFLICT or CHILD_NOT_REGISTERED")))]
+#[utoipa::path(post, path = "/v1/definitions", tag = "definitions", request_body = DeployRequest,
+    responses((status = 200, description = "every workflow and task contract registered; `created: false` for identical content already there", body = wire::Deployed),
+              (status = 409, description = "`DEFINITION_CONFLICT` (same name and version, other content) or `CHILD_NOT_REGISTERED`", body = wire::ErrorBody),
+              (status = 422, description = "`COMPILE_ERROR`, with `diagnostics`", body = wire::ErrorBody)))]
 pub async fn deploy(
     State(state): State<AppState>,
     Scope(idempotency): Scope,
-    Json(body): Json<DeployBody>,
+    Json(body): Json<DeployRequest>,
 ) -> Result<Response, ApiError> {
     let sources = sources(body)?;
     let stored = state
@@ -149,15 +121,17 @@ pub async fn deploy(
 }
 
 /// Every registered definition: name, version, hash, registered_at.
-#[utoipa::path(get, path = "/v1/definitions", responses((status = 200, description = "the definitions")))]
+#[utoipa::path(get, path = "/v1/definitions", tag = "definitions",
+    responses((status = 200, description = "the definitions", body = wire::DefinitionList)))]
 pub async fn list(State(state): State<AppState>) -> Response {
     respond(state.driver.call(Request::ListDefinitions).await)
 }
 
 /// One definition with its source and hash.
-#[utoipa::path(get, path = "/v1/definitions/{name}/{version}",
+#[utoipa::path(get, path = "/v1/definitions/{name}/{version}", tag = "definitions",
     params(("name" = String, Path, description = "workflow name"), ("version" = String, Path, description = "version")),
-    responses((status = 200, description = "the definition"), (status = 404, description = "UNKNOWN_WORKFLOW")))]
+    responses((status = 200, description = "the definition", body = wire::DefinitionDetail),
+              (status = 404, description = "`UNKNOWN_WORKFLOW`", body = wire::ErrorBody)))]
 pub async fn get_one(
     State(state): State<AppState>,
     Path((name, version)): Path<(String, String)>,

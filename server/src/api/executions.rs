@@ -9,45 +9,28 @@ use axum::extract::State;
 use axum::response::Response;
 use orbit_core::engine::{ListFilter, Request, Start};
 use orbit_core::history::Status;
+use orbit_sdk::wire::{self, CancelRequest, SignalRequest, StartRequest};
 use serde::Deserialize;
 use serde_json::Value;
-use utoipa::{IntoParams, ToSchema};
+use utoipa::IntoParams;
 
-/// Longest `timeout_ms` a wait may ask for (5 minutes).
-pub const WAIT_TIMEOUT_MS_MAX: u64 = 300_000;
-/// `timeout_ms` when the query names none (30 s).
-pub const WAIT_TIMEOUT_MS_DEFAULT: u64 = 30_000;
-
-/// Body of `POST /v1/executions`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StartBody {
-    /// Workflow name.
-    pub workflow: String,
-    /// Version; the highest registered when absent.
-    pub version: Option<String>,
-    /// The execution's input (checked against the workflow's input type).
-    #[serde(default)]
-    pub input: Value,
-    /// Client-chosen id (1-128 of `A-Z a-z 0-9 _ : -`).
-    pub execution_id: Option<String>,
-}
+pub use orbit_sdk::wire::{CANCEL_REASON_MAX, WAIT_TIMEOUT_MS_DEFAULT, WAIT_TIMEOUT_MS_MAX};
 
 /// Starts an execution: `201` created, `200` for an existing id.
-#[utoipa::path(post, path = "/v1/executions", request_body = StartBody,
-    responses((status = 201, description = "`{execution_id, created: true}`"),
-              (status = 200, description = "`{execution_id, created: false}`"),
-              (status = 400, description = "INPUT_CONTRACT_VIOLATION, INVALID_EXECUTION_ID"),
-              (status = 404, description = "UNKNOWN_WORKFLOW"),
-              (status = 409, description = "EXECUTION_EXISTS")))]
+#[utoipa::path(post, path = "/v1/executions", tag = "executions", request_body = StartRequest,
+    responses((status = 201, description = "created", body = wire::Started),
+              (status = 200, description = "an execution with this `execution_id` already exists for the same workflow (and version, if named): `created: false`", body = wire::Started),
+              (status = 400, description = "`INPUT_CONTRACT_VIOLATION`, `INVALID_EXECUTION_ID`, `IDEMPOTENCY_KEY_REQUIRED`, or a malformed request", body = wire::ErrorBody),
+              (status = 404, description = "`UNKNOWN_WORKFLOW`", body = wire::ErrorBody),
+              (status = 409, description = "`EXECUTION_EXISTS` (the id belongs to another workflow or version)", body = wire::ErrorBody)))]
 pub async fn start(
     State(state): State<AppState>,
     Scope(idempotency): Scope,
-    Json(body): Json<StartBody>,
+    Json(body): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
-    check_name("workflow", &body.workflow, 255)?;
+    check_name("workflow", &body.workflow, wire::NAME_MAX)?;
     if let Some(v) = &body.version {
-        check_name("version", v, 128)?;
+        check_name("version", v, wire::VERSION_MAX)?;
     }
     let request = Request::Start(Start {
         workflow: body.workflow,
@@ -59,11 +42,11 @@ pub async fn start(
     Ok(respond(state.driver.call(request).await))
 }
 
-/// A name in a body: 1 to `max` bytes, no control characters.
+/// A name in a body: 1 to `max` characters, no control characters.
 fn check_name(what: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    if value.is_empty() || value.len() > max || value.chars().any(char::is_control) {
+    if !wire::text_ok(value, max) {
         return Err(ApiError::invalid(format!(
-            "{what} must be 1 to {max} bytes without control characters"
+            "{what} must be 1 to {max} characters without control characters"
         )));
     }
     Ok(())
@@ -71,9 +54,10 @@ fn check_name(what: &str, value: &str, max: usize) -> Result<(), ApiError> {
 
 /// One execution: status, workflow, version, hash, input, output, error,
 /// timestamps, per-unit state.
-#[utoipa::path(get, path = "/v1/executions/{id}",
+#[utoipa::path(get, path = "/v1/executions/{id}", tag = "executions",
     params(("id" = String, Path, description = "execution id")),
-    responses((status = 200, description = "the execution"), (status = 404, description = "UNKNOWN_EXECUTION")))]
+    responses((status = 200, description = "the execution", body = wire::Execution),
+              (status = 404, description = "`UNKNOWN_EXECUTION`", body = wire::ErrorBody)))]
 pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Response {
     respond(
         state
@@ -86,16 +70,23 @@ pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> R
 /// Query of `GET /v1/executions`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// Only this status.
+    /// Only this status (empty: any).
+    #[param(value_type = Option<String>, pattern = "^(|pending|running|compensating|completed|failed|cancelled)$")]
     pub status: Option<String>,
-    /// Only this workflow.
+    /// Only this workflow (empty: any).
+    #[param(max_length = 255, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$")]
     pub workflow: Option<String>,
-    /// Only executions pinned to this workflow version.
+    /// Only executions pinned to this workflow version (empty: any).
+    #[param(max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$")]
     pub version: Option<String>,
-    /// Only executions whose id starts with this (an exact id included).
+    /// Only executions whose id starts with this, an exact id included
+    /// (empty: any).
+    #[param(max_length = 128, pattern = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$")]
     pub id_prefix: Option<String>,
-    /// Page size.
+    /// Page size (default 100; more than 1000 is capped).
+    #[param(minimum = 1, maximum = 18446744073709551615_u64)]
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -112,8 +103,8 @@ fn parse_status(s: &str) -> Result<Status, ApiError> {
 /// Executions, newest first: `{"executions": [...], "next_cursor": ...}`.
 /// Filters combine: `status`, `workflow`, `version` and `id_prefix` must
 /// all match; an empty parameter is no filter.
-#[utoipa::path(get, path = "/v1/executions", params(ListQuery),
-    responses((status = 200, description = "a page of executions")))]
+#[utoipa::path(get, path = "/v1/executions", tag = "executions", params(ListQuery),
+    responses((status = 200, description = "a page of executions", body = wire::ExecutionPage)))]
 pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
@@ -144,7 +135,7 @@ pub async fn list(
         workflow,
         version,
         id_prefix,
-        limit: q.limit.map(|l| l.min(1000)),
+        limit: q.limit.map(|l| l.min(wire::LIST_LIMIT_MAX)),
         cursor: q.cursor.filter(|c| !c.is_empty()),
     };
     Ok(respond(
@@ -152,25 +143,18 @@ pub async fn list(
     ))
 }
 
-/// Body of a signal.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SignalBody {
-    /// The signal's payload (null when absent).
-    #[serde(default)]
-    pub payload: Value,
-}
-
 /// Records a signal: `200 {"seq": N}`.
-#[utoipa::path(post, path = "/v1/executions/{id}/signals/{name}", request_body = SignalBody,
+#[utoipa::path(post, path = "/v1/executions/{id}/signals/{name}", tag = "executions",
+    request_body(content = SignalRequest, description = "optional"),
     params(("id" = String, Path, description = "execution id"), ("name" = String, Path, description = "signal name")),
-    responses((status = 200, description = "`{seq}`"), (status = 404, description = "UNKNOWN_EXECUTION"),
-              (status = 409, description = "EXECUTION_FINISHED")))]
+    responses((status = 200, description = "recorded", body = wire::SignalAck),
+              (status = 404, description = "`UNKNOWN_EXECUTION`", body = wire::ErrorBody),
+              (status = 409, description = "`EXECUTION_FINISHED`", body = wire::ErrorBody)))]
 pub async fn signal(
     State(state): State<AppState>,
     Path((id, name)): Path<(String, String)>,
     Scope(idempotency): Scope,
-    OptionalJson(body): OptionalJson<SignalBody>,
+    OptionalJson(body): OptionalJson<SignalRequest>,
 ) -> Response {
     respond(
         state
@@ -185,32 +169,26 @@ pub async fn signal(
     )
 }
 
-/// Body of a cancel.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelBody {
-    /// Why.
-    pub reason: Option<String>,
-}
-
 /// Requests cancellation: `202`; twice is a no-op.
-#[utoipa::path(post, path = "/v1/executions/{id}/cancel", request_body = CancelBody,
+#[utoipa::path(post, path = "/v1/executions/{id}/cancel", tag = "executions",
+    request_body(content = CancelRequest, description = "optional"),
     params(("id" = String, Path, description = "execution id")),
-    responses((status = 202, description = "cancellation recorded"), (status = 404, description = "UNKNOWN_EXECUTION"),
-              (status = 409, description = "EXECUTION_FINISHED")))]
+    responses((status = 202, description = "cancellation recorded (asking again changes nothing)", body = wire::CancelAck),
+              (status = 404, description = "`UNKNOWN_EXECUTION`", body = wire::ErrorBody),
+              (status = 409, description = "`EXECUTION_FINISHED`", body = wire::ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Scope(idempotency): Scope,
-    OptionalJson(body): OptionalJson<CancelBody>,
+    OptionalJson(body): OptionalJson<CancelRequest>,
 ) -> Result<Response, ApiError> {
     if body
         .reason
         .as_ref()
-        .is_some_and(|r| r.len() > CANCEL_REASON_MAX)
+        .is_some_and(|r| r.chars().count() > CANCEL_REASON_MAX)
     {
         return Err(ApiError::invalid(format!(
-            "reason must be at most {CANCEL_REASON_MAX} bytes"
+            "reason must be at most {CANCEL_REASON_MAX} characters"
         )));
     }
     Ok(respond(
@@ -225,21 +203,22 @@ pub async fn cancel(
     ))
 }
 
-/// Longest cancellation reason accepted.
-pub const CANCEL_REASON_MAX: usize = 4096;
-
 /// Query of a wait.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct WaitQuery {
-    /// Longest wait in ms (default 30 000, at most 300 000).
+    /// Longest wait in ms (default 30 000; more than 300 000 is capped).
+    #[param(minimum = 0, maximum = 18446744073709551615_u64)]
     pub timeout_ms: Option<u64>,
 }
 
 /// Long-polls until the execution is terminal or the timeout passed; either
 /// way `200` with the execution as `GET` shows it.
-#[utoipa::path(post, path = "/v1/executions/{id}/wait", params(("id" = String, Path, description = "execution id"), WaitQuery),
-    responses((status = 200, description = "the execution"), (status = 404, description = "UNKNOWN_EXECUTION")))]
+#[utoipa::path(post, path = "/v1/executions/{id}/wait", tag = "executions",
+    params(("id" = String, Path, description = "execution id"), WaitQuery),
+    responses((status = 200, description = "the execution, finished or not (look at `status`)", body = wire::Execution),
+              (status = 404, description = "`UNKNOWN_EXECUTION`", body = wire::ErrorBody)))]
 pub async fn wait(
     State(state): State<AppState>,
     Path(id): Path<String>,

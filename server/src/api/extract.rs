@@ -85,7 +85,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     }
 }
 
-/// Path parameters, each checked: 1..=512 bytes, no control characters.
+/// Path parameters, each checked: 1 to 512 characters, no control
+/// characters (`wire::text_ok`, the rule the OpenAPI document publishes).
 #[derive(Debug, Clone)]
 pub struct Path<T>(pub T);
 
@@ -97,7 +98,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
             .await
             .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))?;
         for (name, value) in &raw {
-            if value.is_empty() || value.len() > 512 || value.chars().any(char::is_control) {
+            if !orbit_sdk::wire::text_ok(value, orbit_sdk::wire::PATH_PARAM_MAX) {
                 return Err(ApiError::invalid(format!(
                     "path parameter `{name}` must be 1 to 512 characters without control characters"
                 )));

@@ -7,17 +7,22 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use orbit_sdk::wire::Health;
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "`{status: ok}`")))]
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+#[utoipa::path(get, path = "/healthz", tag = "health", security(()),
+    responses((status = 200, description = "the process is up: `{status: ok}`", body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".to_owned(),
+    })
 }
 
 /// Recovered, and the store would take a write now.
-#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, description = "NOT_READY")))]
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+#[utoipa::path(get, path = "/readyz", tag = "health", security(()),
+    responses((status = 200, description = "ready: `{status: ready}`", body = Health),
+              (status = 503, description = "`NOT_READY`", body = orbit_sdk::wire::ErrorBody)))]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     if !state.driver.is_ready() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -32,11 +37,14 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Va
             format!("the store does not answer: {e}"),
         ));
     }
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(Health {
+        status: "ready".to_owned(),
+    }))
 }
 
 /// Prometheus metrics.
-#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let by_status = match state.driver.store().count_by_status().await {
         Ok(counts) => counts,

@@ -24,20 +24,25 @@ use utoipa::IntoParams;
 /// Query of a history request.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// Only events with a larger seq.
+    #[param(minimum = 0, maximum = 18446744073709551615_u64)]
     pub after_seq: Option<u64>,
     /// At most this many events (1 to 10 000; all when absent). Page on with
     /// `after_seq` = the last `seq` received.
+    #[param(minimum = 1, maximum = 10000)]
     pub limit: Option<usize>,
 }
 
-/// Largest history page a request may ask for.
-pub const HISTORY_LIMIT_MAX: usize = 10_000;
+pub use orbit_sdk::wire::HISTORY_LIMIT_MAX;
 
 /// The history, or its live stream.
-#[utoipa::path(get, path = "/v1/executions/{id}/history", params(("id" = String, Path, description = "execution id"), HistoryQuery),
-    responses((status = 200, description = "`{events: [...]}` or a text/event-stream"), (status = 404, description = "UNKNOWN_EXECUTION")))]
+#[utoipa::path(get, path = "/v1/executions/{id}/history", tag = "executions",
+    params(("id" = String, Path, description = "execution id"), HistoryQuery),
+    responses((status = 200, description = "the events; with `Accept: text/event-stream`, a live stream of them (one message per event: `id` = seq, `event` = type, `data` = the event JSON), ending after the terminal event",
+                content((orbit_sdk::wire::HistoryPage = "application/json"), (String = "text/event-stream"))),
+              (status = 404, description = "`UNKNOWN_EXECUTION`", body = orbit_sdk::wire::ErrorBody)))]
 pub async fn history(
     State(state): State<AppState>,
     Path(id): Path<String>,

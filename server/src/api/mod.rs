@@ -88,6 +88,7 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         wait: options.in_flight_wait,
         max_body,
     };
+    let document = openapi::serve(options.auth.is_some());
     let router = Router::new()
         .route(
             "/v1/definitions",
@@ -118,7 +119,7 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
-        .route("/v1/openapi.json", get(openapi::serve))
+        .route("/v1/openapi.json", get(document))
         .merge(crate::ui::routes())
         .fallback(error::not_found)
         .method_not_allowed_fallback(method_not_allowed)

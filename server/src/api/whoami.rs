@@ -33,9 +33,8 @@ pub struct Identity {
 }
 
 /// The caller's identity and permissions.
-#[utoipa::path(get, path = "/v1/whoami",
-    responses((status = 200, description = "the caller", body = Identity),
-              (status = 401, description = "UNAUTHENTICATED (with --auth)")))]
+#[utoipa::path(get, path = "/v1/whoami", tag = "health",
+    responses((status = 200, description = "the caller", body = Identity)))]
 pub async fn whoami(parts: Parts) -> Json<Identity> {
     let identity = match parts.extensions.get::<Caller>() {
         Some(caller) => Identity {

@@ -11,29 +11,12 @@ use axum::extract::State;
 use axum::response::Response;
 use orbit_core::engine::{Outcome, Request};
 use orbit_core::history::ErrorInfo;
-use serde::Deserialize;
-use serde_json::Value;
-use utoipa::ToSchema;
+use orbit_sdk::wire::{self, HeartbeatRequest, PollRequest, RegisterRequest};
 
-/// Longest `wait_ms` a poll may ask for (60 s).
-pub const POLL_WAIT_MS_MAX: u64 = 60_000;
-/// Most tasks one poll may ask for.
-pub const POLL_MAX_TASKS_MAX: u32 = 1_000;
-
-/// Body of `POST /v1/workers`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RegisterBody {
-    /// The worker's own id (`flaky-1`).
-    pub worker_id: String,
-    /// Exact task names, `*`, or `prefix.*`.
-    pub task_patterns: Vec<String>,
-    /// Default cap on tasks per poll.
-    pub max_tasks: Option<u32>,
-}
+pub use orbit_sdk::wire::{POLL_MAX_TASKS_MAX, POLL_WAIT_MS_MAX};
 
 fn check_text(what: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    if value.is_empty() || value.len() > max || value.chars().any(char::is_control) {
+    if !wire::text_ok(value, max) {
         return Err(ApiError::invalid(format!(
             "{what} must be 1 to {max} characters without control characters"
         )));
@@ -42,18 +25,18 @@ fn check_text(what: &str, value: &str, max: usize) -> Result<(), ApiError> {
 }
 
 /// Opens a session: `{"session_id", "session_timeout_ms"}`.
-#[utoipa::path(post, path = "/v1/workers", request_body = RegisterBody,
-    responses((status = 200, description = "`{session_id, session_timeout_ms}`")))]
+#[utoipa::path(post, path = "/v1/workers", tag = "workers", request_body = RegisterRequest,
+    responses((status = 200, description = "the session", body = wire::Session)))]
 pub async fn register(
     State(state): State<AppState>,
-    Json(body): Json<RegisterBody>,
+    Json(body): Json<RegisterRequest>,
 ) -> Result<Response, ApiError> {
-    check_text("worker_id", &body.worker_id, 255)?;
+    check_text("worker_id", &body.worker_id, wire::NAME_MAX)?;
     if body.task_patterns.is_empty() {
         return Err(ApiError::invalid("task_patterns must not be empty"));
     }
     for p in &body.task_patterns {
-        check_text("a task pattern", p, 255)?;
+        check_text("a task pattern", p, wire::NAME_MAX)?;
     }
     if body.max_tasks == Some(0) {
         return Err(ApiError::invalid("max_tasks must be at least 1"));
@@ -70,28 +53,16 @@ pub async fn register(
     ))
 }
 
-/// Body of a poll.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PollBody {
-    /// At most this many tasks.
-    pub max_tasks: Option<u32>,
-    /// Park at most this long (ms) when nothing is queued (at most 60 000).
-    #[serde(default)]
-    pub wait_ms: u64,
-    /// Tokens the worker holds.
-    #[serde(default)]
-    pub held: Vec<String>,
-}
-
 /// Long-polls for tasks: `{"tasks": [...]}`.
-#[utoipa::path(post, path = "/v1/workers/{session}/poll", request_body = PollBody,
+#[utoipa::path(post, path = "/v1/workers/{session}/poll", tag = "workers",
+    request_body(content = PollRequest, description = "optional"),
     params(("session" = String, Path, description = "session id")),
-    responses((status = 200, description = "`{tasks: [...]}`"), (status = 404, description = "UNKNOWN_SESSION")))]
+    responses((status = 200, description = "the tasks handed out (possibly none)", body = wire::Polled),
+              (status = 404, description = "`UNKNOWN_SESSION`: register again", body = wire::ErrorBody)))]
 pub async fn poll(
     State(state): State<AppState>,
     Path(session): Path<String>,
-    OptionalJson(body): OptionalJson<PollBody>,
+    OptionalJson(body): OptionalJson<PollRequest>,
 ) -> Result<Response, ApiError> {
     if body.max_tasks == Some(0) {
         return Err(ApiError::invalid("max_tasks must be at least 1"));
@@ -109,26 +80,16 @@ pub async fn poll(
     ))
 }
 
-/// Body of a heartbeat (`tokens` is accepted for `held`).
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HeartbeatBody {
-    /// Tokens the worker holds.
-    #[serde(default)]
-    pub held: Vec<String>,
-    /// Synonym of `held`.
-    #[serde(default)]
-    pub tokens: Vec<String>,
-}
-
 /// Keeps a session alive: `{"cancel": [tokens to stop]}`.
-#[utoipa::path(post, path = "/v1/workers/{session}/heartbeat", request_body = HeartbeatBody,
+#[utoipa::path(post, path = "/v1/workers/{session}/heartbeat", tag = "workers",
+    request_body(content = HeartbeatRequest, description = "optional"),
     params(("session" = String, Path, description = "session id")),
-    responses((status = 200, description = "`{cancel: [...]}`"), (status = 404, description = "UNKNOWN_SESSION")))]
+    responses((status = 200, description = "the held tasks to stop", body = wire::HeartbeatAck),
+              (status = 404, description = "`UNKNOWN_SESSION`: register again", body = wire::ErrorBody)))]
 pub async fn heartbeat(
     State(state): State<AppState>,
     Path(session): Path<String>,
-    OptionalJson(body): OptionalJson<HeartbeatBody>,
+    OptionalJson(body): OptionalJson<HeartbeatRequest>,
 ) -> Response {
     let mut held = body.held;
     for t in body.tokens {
@@ -148,9 +109,10 @@ pub async fn heartbeat(
 }
 
 /// Ends a session; held tasks become uncertain (`worker unregistered`).
-#[utoipa::path(delete, path = "/v1/workers/{session}",
+#[utoipa::path(delete, path = "/v1/workers/{session}", tag = "workers",
     params(("session" = String, Path, description = "session id")),
-    responses((status = 200, description = "unregistered"), (status = 404, description = "UNKNOWN_SESSION")))]
+    responses((status = 200, description = "unregistered", body = wire::Unregistered),
+              (status = 404, description = "`UNKNOWN_SESSION`", body = wire::ErrorBody)))]
 pub async fn unregister(State(state): State<AppState>, Path(session): Path<String>) -> Response {
     respond(
         state
@@ -162,34 +124,11 @@ pub async fn unregister(State(state): State<AppState>, Path(session): Path<Strin
     )
 }
 
-/// A worker's reported error.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReportedError {
-    /// `UPPER_SNAKE` code.
-    pub code: String,
-    /// Optional message.
-    #[serde(default)]
-    pub message: String,
-    /// Whether a retry may help (default true).
-    pub retryable: Option<bool>,
-}
-
-/// Body of a result: exactly one of `output` and `error`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResultBody {
-    /// The task's output.
-    pub output: Option<Value>,
-    /// The task's failure.
-    pub error: Option<ReportedError>,
-}
-
 /// Reports a task's outcome by token: `{"accepted": true}` or
 /// `{"accepted": false, "reason": ...}`.
-#[utoipa::path(post, path = "/v1/tasks/{token}/result", request_body = ResultBody,
+#[utoipa::path(post, path = "/v1/tasks/{token}/result", tag = "workers", request_body = wire::Outcome,
     params(("token" = String, Path, description = "the delivery's token")),
-    responses((status = 200, description = "`{accepted, reason?}`")))]
+    responses((status = 200, description = "`accepted: true` once recorded, or `accepted: false` with the reason (final: do not retry)", body = wire::ResultAck)))]
 pub async fn result(
     State(state): State<AppState>,
     caller: Option<axum::Extension<Caller>>,
@@ -207,23 +146,16 @@ pub async fn result(
             ApiError::bad_request("INVALID_BODY", r.body_text())
         }
     })?;
-    // `{"output": null}` is a real (null) output: look at the keys.
-    let raw: serde_json::Map<String, Value> = parse(&bytes)?;
-    let body: ResultBody = parse(&bytes)?;
-    let outcome = match (raw.contains_key("output"), body.error) {
-        (false, Some(e)) => {
-            check_text("error.code", &e.code, 255)?;
+    // Exactly one of `output` (null included) and `error`.
+    let outcome = match parse::<wire::Outcome>(&bytes)? {
+        wire::Outcome::Output(output) => Outcome::Output(output),
+        wire::Outcome::Error(e) => {
+            check_text("error.code", &e.code, wire::NAME_MAX)?;
             Outcome::Error(ErrorInfo {
                 code: e.code,
-                message: e.message,
-                retryable: e.retryable.unwrap_or(true),
+                message: e.message.unwrap_or_default(),
+                retryable: e.retryable,
             })
-        }
-        (true, None) => Outcome::Output(body.output.unwrap_or(Value::Null)),
-        _ => {
-            return Err(ApiError::invalid(
-                "a result has exactly one of `output` and `error`",
-            ))
         }
     };
     Ok(respond(
@@ -246,8 +178,8 @@ pub async fn result(
 /// task_patterns, max_tasks, last_seen, held: [{execution_id, unit, task,
 /// attempt, dispatched_at, confirmed}]}], "session_timeout_ms"}`. Delivery
 /// tokens are not shown.
-#[utoipa::path(get, path = "/v1/workers",
-    responses((status = 200, description = "`{sessions: [...], session_timeout_ms}`")))]
+#[utoipa::path(get, path = "/v1/workers", tag = "workers",
+    responses((status = 200, description = "the live sessions", body = wire::WorkerSessions)))]
 pub async fn list(State(state): State<AppState>) -> Response {
     respond(state.driver.call(Request::ListWorkers).await)
 }

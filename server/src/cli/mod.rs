@@ -7,6 +7,7 @@
 //! (diagnostics from `check` included), 2 usage, I/O or connection error,
 //! 3 a `--wait` timed out. clap's own usage errors exit with 2.
 
+mod auth;
 mod bench;
 mod cancel;
 mod check;
@@ -60,6 +61,8 @@ pub enum Command {
     Server(server::Args),
     /// Load-test a server: steps/s, executions/s and latency percentiles.
     Bench(bench::Args),
+    /// API tokens for `--auth FILE` (`orbit auth hash-token`).
+    Auth(auth::Args),
 }
 
 /// Runs `command`, returning the process exit code.
@@ -77,5 +80,6 @@ pub fn dispatch(command: Command) -> ExitCode {
         Command::Dev(args) => dev::run(args),
         Command::Server(args) => server::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Auth(args) => auth::run(args),
     }
 }

@@ -1,0 +1,73 @@
+//! `orbit auth hash-token [TOKEN]`: prints the SHA-256 form of an API token,
+//! the line that goes into `--auth FILE` as `sha256 = "…"`. The token comes
+//! from the argument or, when none is given, from the first line of stdin
+//! (so it stays out of the shell history); `--generate` makes a fresh random
+//! token and prints it with its hash.
+
+use crate::api::auth::hash_token;
+use std::io::BufRead;
+use std::process::ExitCode;
+
+/// `orbit auth` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Sub,
+}
+
+/// The subcommands of `orbit auth`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Sub {
+    /// Print the SHA-256 form of a token for the auth file (64 hex digits).
+    HashToken(HashArgs),
+}
+
+/// `orbit auth hash-token` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HashArgs {
+    /// The token; read from the first line of stdin when absent.
+    #[arg(value_name = "TOKEN", conflicts_with = "generate")]
+    pub token: Option<String>,
+    /// Make a new random token (256 bits, hex) and print `token = …` and
+    /// `sha256 = …`.
+    #[arg(long)]
+    pub generate: bool,
+}
+
+/// Runs `orbit auth`.
+pub fn run(args: Args) -> ExitCode {
+    match args.command {
+        Sub::HashToken(a) => hash(a),
+    }
+}
+
+fn hash(args: HashArgs) -> ExitCode {
+    if args.generate {
+        let token = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        println!("token = \"{token}\"");
+        println!("sha256 = \"{}\"", hash_token(&token));
+        return ExitCode::SUCCESS;
+    }
+    let token = match args.token {
+        Some(t) => t,
+        None => {
+            let mut line = String::new();
+            if let Err(e) = std::io::stdin().lock().read_line(&mut line) {
+                eprintln!("error: cannot read the token from stdin: {e}");
+                return ExitCode::from(2);
+            }
+            line.trim_end_matches(['\r', '\n']).to_owned()
+        }
+    };
+    if token.is_empty() {
+        eprintln!("error: the token is empty (pass it as an argument or on stdin)");
+        return ExitCode::from(2);
+    }
+    println!("{}", hash_token(&token));
+    ExitCode::SUCCESS
+}
