@@ -8,6 +8,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
+use serde_json::json;
 
 #[tokio::test]
 async fn healthz_and_readyz_answer_ok() {
@@ -95,5 +96,9 @@ async fn openapi_document_lists_every_route() {
     ] {
         assert!(paths.contains_key(p), "OpenAPI lacks {p}");
     }
-    assert!(doc["components"]["schemas"]["StartBody"].is_object());
+    // The wire types are the schemas: request bodies refuse unknown fields.
+    let start = &doc["components"]["schemas"]["StartRequest"];
+    assert_eq!(start["additionalProperties"], json!(false), "{start}");
+    assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }

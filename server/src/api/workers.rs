@@ -147,7 +147,16 @@ pub async fn result(
         }
     })?;
     // Exactly one of `output` (null included) and `error`.
-    let outcome = match parse::<wire::Outcome>(&bytes)? {
+    // Parsed as an object first, so that a well-formed body of the wrong
+    // shape is INVALID_REQUEST, not INVALID_JSON.
+    let raw: serde_json::Map<String, serde_json::Value> = parse(&bytes)?;
+    let outcome = serde_json::from_value::<wire::Outcome>(serde_json::Value::Object(raw))
+        .map_err(|e| {
+            ApiError::invalid(format!(
+                "a result has exactly one of `output` and `error`: {e}"
+            ))
+        })?;
+    let outcome = match outcome {
         wire::Outcome::Output(output) => Outcome::Output(output),
         wire::Outcome::Error(e) => {
             check_text("error.code", &e.code, wire::NAME_MAX)?;
