@@ -1,0 +1,463 @@
+"""The asyncio worker: registers a session for the task patterns it has
+handlers for, long-polls for tasks (listing the tokens it holds), runs each
+task's handler, heartbeats, and reports every result.
+
+Rules it follows (``api.md``, seed ``003``):
+
+* Polls and heartbeats list the ``held`` tokens, so after a server restart
+  or a re-registration the server re-attaches them to the new session.
+* The heartbeat answer's ``cancel`` list sets ``ctx.cancelled`` on those
+  tasks; a handler that stops reports ``CANCELLED`` (raise :class:`Cancelled`).
+* Results are retried with capped backoff on connection errors and 5xx
+  until the server answers; ``accepted: false`` is final and not retried.
+* ``404 UNKNOWN_SESSION`` makes the worker register again; ``503 NOT_LEADER``
+  makes it move to the leader the answer names.
+* Shutdown (:meth:`Worker.stop`, or the ``stop`` event given to
+  :meth:`Worker.run`): stop polling, let held tasks finish and report (up
+  to ``shutdown_grace`` seconds), then unregister. Tasks still running then
+  are left to the server, which delivers them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from .errors import (
+    ApiError,
+    NotLeader,
+    TransportError,
+    UnknownSession,
+    error_from_answer,
+)
+from .types import Task
+
+log = logging.getLogger("orbit.worker")
+
+Handler = Callable[["TaskContext"], Any]
+H = TypeVar("H", bound=Handler)
+
+
+class TaskError(Exception):
+    """Raise from a handler to fail the attempt with ``code``.
+
+    ``retryable=False`` asks the workflow not to retry (its ``non_retryable``
+    list still applies either way).
+    """
+
+    def __init__(self, code: str, message: str = "", *, retryable: bool = True) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "retryable": self.retryable}
+        if self.message:
+            body["message"] = self.message
+        return body
+
+
+class Cancelled(TaskError):
+    """Raise from a handler that stopped because ``ctx.cancelled`` became true."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__("CANCELLED", message, retryable=False)
+
+
+class TaskContext:
+    """What a handler gets: the task, its input and key, and whether the server
+    wants it stopped."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self._cancelled = asyncio.Event()
+
+    @property
+    def input(self) -> Any:
+        """The task's input."""
+        return self.task.input
+
+    @property
+    def idempotency_key(self) -> str:
+        """The unit's key: identical across retries and redeliveries. Pass it to
+        external systems so a repeated delivery does not act twice."""
+        return self.task.idempotency_key
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number, from 1 (a redelivery keeps its attempt)."""
+        return self.task.attempt
+
+    @property
+    def redelivery(self) -> bool:
+        """True when this attempt was delivered before and its outcome is unknown."""
+        return self.task.redelivery
+
+    @property
+    def execution_id(self) -> str:
+        return self.task.execution_id
+
+    @property
+    def task_name(self) -> str:
+        return self.task.task_name
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the server asked to stop this task (cancellation, a timeout, or a
+        success reported by another delivery)."""
+        return self._cancelled.is_set()
+
+    async def wait_cancelled(self) -> None:
+        """Returns when :attr:`cancelled` becomes true."""
+        await self._cancelled.wait()
+
+    def _cancel(self) -> None:
+        self._cancelled.set()
+
+
+def _matches(pattern: str, name: str) -> bool:
+    if pattern == "*":
+        return True
+    if pattern.endswith(".*"):
+        prefix = pattern[:-2]
+        return name.startswith(prefix + ".") and len(name) > len(prefix) + 1
+    return pattern == name
+
+
+class Worker:
+    """Runs task handlers for one worker id. Register handlers with :meth:`task`,
+    then ``await worker.run()``."""
+
+    def __init__(
+        self,
+        server: str = "http://127.0.0.1:7373",
+        *,
+        worker_id: str,
+        token: str | None = None,
+        max_tasks: int = 4,
+        poll_wait: float = 20.0,
+        heartbeat_interval: float | None = None,
+        shutdown_grace: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.server = server.rstrip("/")
+        self.worker_id = worker_id
+        self.token = token
+        self.max_tasks = max(1, max_tasks)
+        self.poll_wait = poll_wait
+        self.heartbeat_interval = heartbeat_interval
+        self.shutdown_grace = shutdown_grace
+        self._transport = transport
+        self._handlers: dict[str, Handler] = {}
+        self._held: dict[str, TaskContext] = {}
+        self._running: set[asyncio.Task[None]] = set()
+        self._session: str | None = None
+        self._session_timeout_ms = 30_000
+        self._stop: asyncio.Event | None = None
+        self._slot: asyncio.Event | None = None
+        self._http: httpx.AsyncClient | None = None
+
+    # --- handlers ---------------------------------------------------------------------
+
+    def task(self, pattern: str) -> Callable[[H], H]:
+        """Decorator: the handler of tasks named ``pattern`` (an exact name,
+        ``prefix.*`` or ``*``). It gets a :class:`TaskContext` and returns the task's
+        output (JSON-serializable); it may be ``async`` or a plain function (run in
+        a thread)."""
+
+        def register(handler: H) -> H:
+            self.handle(pattern, handler)
+            return handler
+
+        return register
+
+    def handle(self, pattern: str, handler: Handler) -> None:
+        """Registers ``handler`` for ``pattern`` (what :meth:`task` does)."""
+        if not pattern or (pattern != "*" and "*" in pattern.removesuffix(".*")):
+            raise ValueError(f"`{pattern}` is not a task pattern (a name, `prefix.*` or `*`)")
+        self._handlers[pattern] = handler
+
+    def handler_for(self, task_name: str) -> Handler | None:
+        """The handler of ``task_name``: an exact name first, then the longest
+        matching ``prefix.*``, then ``*``."""
+        if task_name in self._handlers:
+            return self._handlers[task_name]
+        best = [p for p in self._handlers if p != "*" and _matches(p, task_name)]
+        if best:
+            return self._handlers[max(best, key=len)]
+        return self._handlers.get("*")
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Asks :meth:`run` to shut down gracefully."""
+        if self._stop is not None:
+            self._stop.set()
+
+    @property
+    def held(self) -> list[str]:
+        """Tokens of the tasks this worker is working on or still reporting."""
+        return list(self._held)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Runs until :meth:`stop` is called or ``stop`` is set, then shuts down
+        gracefully. Raises :class:`~orbit.errors.ApiError` when the server refuses
+        the worker (for example ``403 FORBIDDEN`` for patterns outside its grant)."""
+        if not self._handlers:
+            raise ValueError("register at least one handler before running the worker")
+        self._stop = stop or asyncio.Event()
+        self._slot = asyncio.Event()
+        self._http = httpx.AsyncClient(transport=self._transport)
+        heartbeats: asyncio.Task[None] | None = None
+        try:
+            await self._register()
+            heartbeats = asyncio.create_task(self._heartbeat_loop())
+            await self._poll_loop()
+        finally:
+            await self._drain()
+            if heartbeats is not None:
+                heartbeats.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeats
+            await self._unregister()
+            await self._http.aclose()
+            self._http = None
+
+    # --- HTTP -------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        h = {"accept": "application/json"}
+        if self.token:
+            h["authorization"] = f"Bearer {self.token}"
+        return h
+
+    async def _call(self, method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
+        """One request; raises ApiError for an error answer, TransportError when none
+        came. Follows NOT_LEADER by switching servers."""
+        assert self._http is not None
+        try:
+            r = await self._http.request(
+                method, self.server + path, json=body, headers=self._headers(), timeout=timeout
+            )
+        except httpx.TransportError as e:
+            raise TransportError(f"{method} {path}: {e}") from e
+        try:
+            data: Any = r.json() if r.content else None
+        except ValueError:
+            data = r.text
+        if r.status_code >= 400:
+            error = error_from_answer(r.status_code, data)
+            if isinstance(error, NotLeader) and error.leader:
+                log.info("server is not the leader; moving to %s", error.leader)
+                self.server = error.leader.rstrip("/")
+            raise error
+        return data
+
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        assert self._stop is not None
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+
+    async def _register(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                body = {
+                    "worker_id": self.worker_id,
+                    "task_patterns": sorted(self._handlers),
+                    "max_tasks": self.max_tasks,
+                }
+                answer = await self._call("POST", "/v1/workers", body)
+            except (TransportError, ApiError) as e:
+                if isinstance(e, ApiError) and not (e.retryable or e.status >= 500):
+                    raise
+                if self._stopping():
+                    return
+                log.warning("registration failed (%s); retrying", e)
+                await self._sleep_or_stop(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self._session = str(answer["session_id"])
+            self._session_timeout_ms = int(answer.get("session_timeout_ms") or 30_000)
+            log.info("worker %s registered: session %s", self.worker_id, self._session)
+            if self._held:
+                # Re-attach what we hold right away.
+                with contextlib.suppress(TransportError, ApiError):
+                    await self._heartbeat_once()
+            return
+
+    async def _unregister(self) -> None:
+        if self._session is None or self._http is None:
+            return
+        session, self._session = self._session, None
+        with contextlib.suppress(TransportError, ApiError):
+            await self._call("DELETE", f"/v1/workers/{quote(session, safe='')}", timeout=10.0)
+            log.info("worker %s unregistered", self.worker_id)
+
+    # --- polling ----------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        assert self._stop is not None
+        assert self._slot is not None
+        delay = 0.1
+        while not self._stopping():
+            free = self.max_tasks - len(self._held)
+            if free <= 0:
+                self._slot.clear()
+                stop = asyncio.create_task(self._stop.wait())
+                slot = asyncio.create_task(self._slot.wait())
+                await asyncio.wait({stop, slot}, return_when=asyncio.FIRST_COMPLETED)
+                stop.cancel()
+                slot.cancel()
+                continue
+            wait_ms = int(self.poll_wait * 1000)
+            wait_ms = max(0, min(wait_ms, self._session_timeout_ms // 2))
+            poll = asyncio.create_task(self._poll(free, wait_ms))
+            stop = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not poll.done():
+                # Shutting down: tasks the server hands to this dropped poll are
+                # delivered again once the session ends.
+                poll.cancel()
+                with contextlib.suppress(asyncio.CancelledError, TransportError, ApiError):
+                    await poll
+                return
+            try:
+                tasks = poll.result()
+            except UnknownSession:
+                log.info("session expired; registering again")
+                await self._register()
+                continue
+            except (TransportError, ApiError) as e:
+                if isinstance(e, ApiError) and not (e.retryable or e.status >= 500):
+                    raise
+                if isinstance(e, NotLeader):
+                    await self._register()
+                    continue
+                log.warning("poll failed (%s); retrying", e)
+                await self._sleep_or_stop(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            delay = 0.1
+            for raw in tasks:
+                self._start(Task.from_json(raw))
+
+    async def _poll(self, max_tasks: int, wait_ms: int) -> list[dict[str, Any]]:
+        assert self._session is not None
+        body = {"max_tasks": max_tasks, "wait_ms": wait_ms, "held": list(self._held)}
+        path = f"/v1/workers/{quote(self._session, safe='')}/poll"
+        answer = await self._call("POST", path, body, timeout=wait_ms / 1000 + 15.0)
+        return list(answer.get("tasks") or [])
+
+    # --- heartbeats -------------------------------------------------------------------
+
+    def _heartbeat_period(self) -> float:
+        if self.heartbeat_interval is not None:
+            return self.heartbeat_interval
+        return float(min(max(self._session_timeout_ms / 3000, 0.1), 10.0))
+
+    async def _heartbeat_once(self) -> None:
+        if self._session is None:
+            return
+        path = f"/v1/workers/{quote(self._session, safe='')}/heartbeat"
+        answer = await self._call("POST", path, {"held": list(self._held)}, timeout=10.0)
+        for token in answer.get("cancel") or []:
+            ctx = self._held.get(token)
+            if ctx is not None and not ctx.cancelled:
+                log.info("server cancelled task %s (%s)", token, ctx.task_name)
+                ctx._cancel()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_period())
+            try:
+                await self._heartbeat_once()
+            except UnknownSession:
+                if not self._stopping():
+                    await self._register()
+            except (TransportError, ApiError) as e:
+                log.warning("heartbeat failed: %s", e)
+
+    # --- running tasks ----------------------------------------------------------------
+
+    def _start(self, task: Task) -> None:
+        ctx = TaskContext(task)
+        self._held[task.token] = ctx
+        running = asyncio.create_task(self._run_task(ctx))
+        self._running.add(running)
+        running.add_done_callback(self._running.discard)
+
+    async def _run_task(self, ctx: TaskContext) -> None:
+        task = ctx.task
+        handler = self.handler_for(task.task_name)
+        outcome: dict[str, Any]
+        try:
+            if handler is None:
+                raise TaskError("NO_HANDLER", f"no handler for {task.task_name}", retryable=True)
+            if inspect.iscoroutinefunction(handler):
+                output = await handler(ctx)
+            else:
+                output = await asyncio.to_thread(handler, ctx)
+                if inspect.isawaitable(output):
+                    output = await output
+            outcome = {"output": output}
+        except TaskError as e:
+            outcome = {"error": e.to_json()}
+        except asyncio.CancelledError:
+            if not ctx.cancelled:
+                # The worker is shutting down past its grace: leave the task to
+                # the server, which delivers it again.
+                self._held.pop(task.token, None)
+                raise
+            outcome = {"error": Cancelled().to_json()}
+        except Exception as e:
+            log.exception("handler of %s failed", task.task_name)
+            outcome = {"error": TaskError("HANDLER_ERROR", repr(e)[:1000]).to_json()}
+        try:
+            await self._report(task.token, outcome)
+        finally:
+            self._held.pop(task.token, None)
+            if self._slot is not None:
+                self._slot.set()
+
+    async def _report(self, token: str, outcome: dict[str, Any]) -> None:
+        """Reports until the server answers (non-5xx); ``accepted: false`` is final."""
+        delay = 0.1
+        path = f"/v1/tasks/{quote(token, safe='')}/result"
+        while True:
+            try:
+                answer = await self._call("POST", path, outcome, timeout=30.0)
+            except (TransportError, ApiError) as e:
+                if isinstance(e, ApiError) and not (e.retryable or e.status >= 500):
+                    log.error("result for %s refused: %s", token, e)
+                    return
+                log.warning("result for %s not delivered (%s); retrying", token, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if not answer.get("accepted", False):
+                log.info("result for %s not used: %s", token, answer.get("reason"))
+            return
+
+    async def _drain(self) -> None:
+        """Lets running tasks finish and report, up to ``shutdown_grace``."""
+        if not self._running:
+            return
+        log.info("waiting for %d running task(s)", len(self._running))
+        _, pending = await asyncio.wait(set(self._running), timeout=self.shutdown_grace)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
