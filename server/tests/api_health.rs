@@ -7,8 +7,8 @@ use api_support::Server;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use tower::ServiceExt;
 use serde_json::json;
+use tower::ServiceExt;
 
 #[tokio::test]
 async fn healthz_and_readyz_answer_ok() {

@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cli_support::{orbit, Server, PLAIN};
+use orbit_sdk::{Client, StartOptions, Status, Task, Worker};
 use orbit_server::api::auth::hash_token;
-use orbit_server::sdk::{Client, StartOptions, Status, Task, Worker};
 use serde_json::json;
 
 const ADMIN: &str = "adm-s3cret-token";

@@ -9,7 +9,7 @@ mod cli_support;
 use std::time::Duration;
 
 use cli_support::{free_addr, orbit, without_offset, Server, PLAIN};
-use orbit_server::sdk::{Task, TaskError, Worker};
+use orbit_sdk::{Task, TaskError, Worker};
 use serde_json::{json, Value};
 
 /// Runs a worker for `demo.work` in the background until the runtime drops.

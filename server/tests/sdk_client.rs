@@ -9,10 +9,11 @@ mod sdk_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orbit_server::sdk::{
+use orbit_sdk::{
     Backoff, Client, Error, ListOptions, ReqwestTransport, SourceFile, StartOptions, Status,
     TransportError,
 };
+use orbit_server::sdk::{core_event, logs};
 use sdk_support::{dead_port, Fake, Reply};
 use serde_json::json;
 
@@ -172,7 +173,7 @@ async fn connection_refused_is_a_transport_error_after_retries() {
 
 #[tokio::test]
 async fn a_slow_answer_is_a_timeout() {
-    use orbit_server::sdk::{HttpRequest, Method, Transport};
+    use orbit_sdk::{HttpRequest, Method, Transport};
     let fake = Fake::start(|_, _| Reply::ok(json!({})).after(Duration::from_secs(2))).await;
     let transport = ReqwestTransport::new(&fake.url()).unwrap();
     let mut request = HttpRequest::new(Method::Get, "/v1/executions/e-1");
@@ -247,7 +248,7 @@ async fn creating_calls_send_keys_and_reads_do_not() {
     let e = c.get("e-1").await.unwrap();
     assert_eq!(e.status, Status::Failed);
     assert!(e.status.is_terminal());
-    assert_eq!(e.extra["created_at"], "2026-01-01T00:00:00Z");
+    assert_eq!(e.created_at, "2026-01-01T00:00:00Z");
     c.list(&ListOptions {
         status: Some(Status::Running),
         workflow: Some("Order".into()),
@@ -259,12 +260,12 @@ async fn creating_calls_send_keys_and_reads_do_not() {
     let history = c.history("e-1", 0).await.unwrap();
     assert_eq!(history.events.len(), 2);
     assert_eq!(
-        history.events[1].to_event().unwrap().at - history.events[0].to_event().unwrap().at,
+        core_event(&history.events[1]).unwrap().at - core_event(&history.events[0]).unwrap().at,
         4
     );
     c.history("e-1", 2).await.unwrap();
     assert_eq!(
-        c.logs("e-1").await.unwrap(),
+        logs(&c, "e-1").await.unwrap(),
         "+ 0ms #1 WorkflowCreated\n+ 4ms #2 WorkflowStarted\n"
     );
 

@@ -12,11 +12,12 @@ use std::time::Duration;
 use cli_support::PLAIN;
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::{SqliteOptions, SqliteStore};
-use orbit_server::api::{app, AppState};
-use orbit_server::sdk::{
-    Backoff, BoxFuture, Client, HttpRequest, HttpResponse, InProcessTransport, SourceFile,
-    StartOptions, Status, Task, Transport, TransportError, Worker,
+use orbit_sdk::{
+    Backoff, BoxFuture, Client, HttpRequest, HttpResponse, SourceFile, StartOptions, Status, Task,
+    Transport, TransportError, Worker,
 };
+use orbit_server::api::{app, AppState};
+use orbit_server::sdk::{logs, InProcessTransport};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,7 +66,7 @@ async fn client_and_worker_in_process() {
     let done = client.wait("ip-1", Duration::from_secs(10)).await.unwrap();
     assert_eq!(done.status, Status::Completed);
     assert_eq!(done.output, json!({"doubled": 10}));
-    let logs = client.logs("ip-1").await.unwrap();
+    let logs = logs(&client, "ip-1").await.unwrap();
     assert!(
         logs.contains("#4 StepDispatched step=work attempt=1 worker_id=in-process"),
         "{logs}"
@@ -158,7 +159,7 @@ async fn a_lost_answer_is_recovered_by_the_retry_with_the_same_key() {
         .await
         .unwrap();
     assert_eq!(done.status, Status::Completed);
-    let logs = client.logs(&started.execution_id).await.unwrap();
+    let logs = logs(&client, &started.execution_id).await.unwrap();
     assert_eq!(logs.matches("SignalReceived").count(), 1, "{logs}");
     driver.shutdown().await;
 }

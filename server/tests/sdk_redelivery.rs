@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cli_support::{free_addr, orbit, without_offset, PLAIN};
-use orbit_server::sdk::{
+use orbit_sdk::{
     Client, HttpRequest, Method, ReqwestTransport, SourceFile, StartOptions, Status, Task,
     Transport, Worker,
 };

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use orbit_server::sdk::{Backoff, Error, Task, TaskError, Worker, WorkerBuilder};
+use orbit_sdk::{Backoff, Error, Task, TaskError, Worker, WorkerBuilder};
 use sdk_support::{dead_port, Fake, Reply, Req};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, Notify};

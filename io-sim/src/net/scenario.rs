@@ -10,10 +10,8 @@ use crate::store::{SimStore, StoreBug};
 use orbit_core::history::Event;
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::Storage;
+use orbit_sdk::{Backoff, Client, Error, SourceFile, StartOptions, Task, TaskError, Worker};
 use orbit_server::api::{app, AppState};
-use orbit_server::sdk::{
-    Backoff, Client, Error, SourceFile, StartOptions, Task, TaskError, Worker,
-};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;

@@ -6,7 +6,7 @@
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use orbit_server::sdk::{BoxFuture, HttpRequest, HttpResponse, Method, Transport, TransportError};
+use orbit_sdk::{BoxFuture, HttpRequest, HttpResponse, Method, Transport, TransportError};
 use std::time::Duration;
 
 /// Sends SDK requests to `host:port` on the simulated network.

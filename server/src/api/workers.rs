@@ -150,8 +150,8 @@ pub async fn result(
     // Parsed as an object first, so that a well-formed body of the wrong
     // shape is INVALID_REQUEST, not INVALID_JSON.
     let raw: serde_json::Map<String, serde_json::Value> = parse(&bytes)?;
-    let outcome = serde_json::from_value::<wire::Outcome>(serde_json::Value::Object(raw))
-        .map_err(|e| {
+    let outcome =
+        serde_json::from_value::<wire::Outcome>(serde_json::Value::Object(raw)).map_err(|e| {
             ApiError::invalid(format!(
                 "a result has exactly one of `output` and `error`: {e}"
             ))

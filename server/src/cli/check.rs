@@ -14,10 +14,10 @@
 //!
 //! Exit codes: 0 clean, 1 diagnostics, 2 usage, I/O or connection error.
 
-use crate::sdk::{Client, HttpRequest, Method};
 use orbit_core::diagnostic::render;
 use orbit_core::syntax::ast::{Clause, Decl};
 use orbit_core::{compile, ir, Compiled, Definition, Source};
+use orbit_sdk::{Client, HttpRequest, Method};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

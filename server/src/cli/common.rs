@@ -6,7 +6,7 @@ use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::sdk::{Client, Error, DEFAULT_SERVER};
+use orbit_sdk::{Client, Error, DEFAULT_SERVER};
 
 /// Exit code: success.
 pub const EXIT_OK: u8 = 0;
@@ -213,7 +213,7 @@ mod tests {
         });
         assert_eq!(api.code, EXIT_FAILED);
         assert_eq!(api.body["error"]["code"], "UNKNOWN_EXECUTION");
-        let conn = Failure::from(Error::Transport(crate::sdk::TransportError::Connect {
+        let conn = Failure::from(Error::Transport(orbit_sdk::TransportError::Connect {
             target: "x".into(),
             message: "refused".into(),
         }));

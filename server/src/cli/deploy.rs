@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use orbit_core::diagnostic::{render, Diagnostic};
 
 use super::common::{execute, print_json, ClientArgs, Failure, Outcome, EXIT_OK};
-use crate::sdk::{Error, SourceFile};
+use orbit_sdk::{Error, SourceFile};
 
 /// `orbit deploy` options.
 #[derive(Debug, Clone, clap::Args)]

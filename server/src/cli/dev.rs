@@ -19,7 +19,7 @@ use super::common::{parse_duration, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use super::run::{describe_error, wait_for};
 use super::server::{listen_addr, open_store};
 use crate::api::{self, AppState};
-use crate::sdk::{Client, SourceFile, StartOptions, Status, DEFAULT_SERVER};
+use orbit_sdk::{Client, SourceFile, StartOptions, Status, DEFAULT_SERVER};
 
 /// The example workflow file, built into the binary so `orbit dev` works
 /// from any directory.
@@ -299,8 +299,7 @@ async fn run_order(
         Status::Completed => println!("{id} completed: {}", execution.output),
         other => println!("{id} {other}: {}", describe_error(&execution.error)),
     }
-    let logs = client
-        .logs(&id)
+    let logs = crate::sdk::logs(client, &id)
         .await
         .map_err(|e| format!("reading the history of {id}: {e}"))?;
     println!("$ orbit logs {id}");

@@ -11,7 +11,7 @@ use orbit_core::history::logs::format_event;
 use orbit_core::history::Millis;
 
 use super::common::{execute, ClientArgs, Failure, Outcome, EXIT_OK};
-use crate::sdk::{Client, RecordedEvent, ReqwestTransport};
+use orbit_sdk::{Client, RecordedEvent, ReqwestTransport};
 
 /// `orbit logs` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -165,8 +165,7 @@ impl Printer {
                 serde_json::to_string(recorded)
                     .map_err(|e| Failure::usage("INTERNAL", e.to_string()))?
             } else {
-                let event = recorded
-                    .to_event()
+                let event = crate::sdk::core_event(recorded)
                     .map_err(|e| Failure::usage("BAD_ANSWER", e))?;
                 let origin = *self.origin.get_or_insert(event.at);
                 format_event(&self.id, origin, &event)

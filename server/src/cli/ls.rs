@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use super::common::{execute, print_json, ClientArgs, Outcome, EXIT_OK};
-use crate::sdk::{Execution, ListOptions, Status};
+use orbit_sdk::{ExecutionSummary, ListOptions, Status};
 
 /// `orbit ls` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -74,11 +74,7 @@ async fn list(args: &Args) -> Outcome {
     Ok(EXIT_OK)
 }
 
-/// The creation timestamp, under whichever name the server uses.
-fn created(e: &Execution) -> String {
-    ["created_at", "created", "started_at"]
-        .iter()
-        .find_map(|k| e.extra.get(*k).and_then(|v| v.as_str()))
-        .unwrap_or("")
-        .to_string()
+/// The creation timestamp.
+fn created(e: &ExecutionSummary) -> String {
+    e.created_at.clone()
 }

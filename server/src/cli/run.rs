@@ -9,7 +9,7 @@ use super::common::{
     compact, execute, parse_duration, parse_json, print_json, ClientArgs, Outcome, EXIT_FAILED,
     EXIT_OK, EXIT_TIMEOUT,
 };
-use crate::sdk::{Client, Execution, StartOptions, Status};
+use orbit_sdk::{Client, Execution, StartOptions, Status};
 
 /// `orbit run` options. (`--version` here is the workflow's version, so the
 /// automatic `--version` flag is off for this subcommand.)
@@ -113,7 +113,7 @@ pub async fn wait_for(
     id: &str,
     timeout: Duration,
     progress: bool,
-) -> Result<Option<Execution>, crate::sdk::Error> {
+) -> Result<Option<Execution>, orbit_sdk::Error> {
     let began = Instant::now();
     let deadline = began + timeout;
     loop {

@@ -40,29 +40,18 @@ async fn status(args: &Args) -> Outcome {
     if !execution.error.is_null() {
         println!("error      {}", describe_error(&execution.error));
     }
-    for (key, value) in &execution.extra {
-        if key == "units" {
-            print_units(value);
-            continue;
-        }
-        match value {
-            serde_json::Value::Null => {}
-            serde_json::Value::String(s) => println!("{key:<10} {s}"),
-            serde_json::Value::Object(map) if !map.is_empty() => {
-                println!("{key}:");
-                for (k, v) in map {
-                    println!("  {k:<20} {}", compact(v));
-                }
-            }
-            serde_json::Value::Array(items) if !items.is_empty() => {
-                println!("{key}:");
-                for item in items {
-                    println!("  {}", compact(item));
-                }
-            }
-            serde_json::Value::Object(_) | serde_json::Value::Array(_) => {}
-            other => println!("{key:<10} {}", compact(other)),
-        }
+    // The remaining fields, in the order the JSON object lists them.
+    if !execution.created_at.is_empty() {
+        println!("{:<10} {}", "created_at", execution.created_at);
+    }
+    if let Some(parent) = &execution.parent {
+        println!("{:<10} {parent}", "parent");
+    }
+    if let Ok(units) = serde_json::to_value(&execution.units) {
+        print_units(&units);
+    }
+    if !execution.updated_at.is_empty() {
+        println!("{:<10} {}", "updated_at", execution.updated_at);
     }
     Ok(EXIT_OK)
 }

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::Router;
 use tower::ServiceExt;
 
-use super::transport::{BoxFuture, HttpRequest, HttpResponse, Transport, TransportError};
+use orbit_sdk::{BoxFuture, HttpRequest, HttpResponse, Transport, TransportError};
 
 /// Sends requests straight into a router (for example `orbit_server::api::app(state)`).
 #[derive(Debug, Clone)]

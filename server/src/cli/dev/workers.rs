@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 
-use crate::sdk::{Task, TaskError, Worker, WorkerBuilder};
+use orbit_sdk::{Task, TaskError, Worker, WorkerBuilder};
 
 /// Charges above this amount are declined with `CARD_DECLINED`.
 pub const CARD_LIMIT: i64 = 1_000;

@@ -1,6 +1,6 @@
 //! The SDK's error type: what went wrong with a call to the server.
 
-use super::transport::TransportError;
+use crate::transport::TransportError;
 
 /// An error returned by an SDK call.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -19,15 +19,15 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use super::client::segment;
-use super::error::Error;
-use super::retry::{retryable_status, Backoff};
-use super::transport::{
+use crate::client::segment;
+use crate::error::Error;
+use crate::retry::{retryable_status, Backoff};
+use crate::transport::{
     BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport, TransportError,
 };
-use super::types::{
-    HeartbeatAck, HeartbeatBody, Outcome, PollBody, Polled, RegisterBody, ResultAck, Session, Task,
-    TaskError,
+use crate::wire::{
+    HeartbeatAck, HeartbeatRequest, Outcome, PollRequest, Polled, RegisterRequest, ResultAck,
+    Session, Task, TaskError,
 };
 
 /// A task handler: takes the task, returns its output or a [`TaskError`].
@@ -327,10 +327,10 @@ impl Inner {
     }
 
     async fn register_locked(&self, slot: &mut Option<Session>) -> Result<String, Error> {
-        let body = RegisterBody {
-            worker_id: &self.worker_id,
-            task_patterns: &self.patterns,
-            max_tasks: self.max_tasks,
+        let body = RegisterRequest {
+            worker_id: self.worker_id.clone(),
+            task_patterns: self.patterns.clone(),
+            max_tasks: Some(u32::try_from(self.max_tasks).unwrap_or(u32::MAX)),
         };
         let mut failures = 0;
         loop {
@@ -398,8 +398,9 @@ impl Inner {
 
     /// Sends one heartbeat and stops what the server cancels.
     async fn heartbeat_once(self: &Arc<Self>, session: &str) -> Answer {
-        let body = HeartbeatBody {
+        let body = HeartbeatRequest {
             held: self.held_tokens(),
+            tokens: Vec::new(),
         };
         let request = self.request(
             Method::Post,
@@ -492,8 +493,8 @@ impl Inner {
             if let Some(t) = timeout_ms {
                 wait_ms = wait_ms.min((t / 2).max(1));
             }
-            let body = PollBody {
-                max_tasks: free,
+            let body = PollRequest {
+                max_tasks: Some(u32::try_from(free).unwrap_or(u32::MAX)),
                 wait_ms,
                 held: self.held_tokens(),
             };

@@ -10,12 +10,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::error::Error;
-use super::retry::{retryable_status, Backoff};
-use super::transport::{HttpRequest, HttpResponse, Method, ReqwestTransport, Transport};
-use super::types::{
-    Deployed, Execution, ExecutionPage, HistoryPage, ListOptions, SignalAck, SourceFile, StartBody,
-    StartOptions, Started,
+use crate::error::Error;
+use crate::options::{ListOptions, StartOptions};
+use crate::retry::{retryable_status, Backoff};
+use crate::transport::{HttpRequest, HttpResponse, Method, ReqwestTransport, Transport};
+use crate::wire::{
+    Deployed, Execution, ExecutionPage, HistoryPage, SignalAck, SourceFile, StartRequest, Started,
 };
 
 /// The default server address.
@@ -106,11 +106,11 @@ impl Client {
 
     /// Starts an execution.
     pub async fn start(&self, options: StartOptions) -> Result<Started, Error> {
-        let body = StartBody {
-            workflow: &options.workflow,
-            version: options.version.as_deref(),
-            input: &options.input,
-            execution_id: options.execution_id.as_deref(),
+        let body = StartRequest {
+            workflow: options.workflow,
+            version: options.version,
+            input: options.input,
+            execution_id: options.execution_id,
         };
         self.create(
             Method::Post,
@@ -171,25 +171,6 @@ impl Client {
             path.push_str(&format!("?after_seq={after_seq}"));
         }
         self.read(path, None).await
-    }
-
-    /// The execution's whole history formatted as `orbit logs` prints it
-    /// (seed `003`'s format, one line per event).
-    pub async fn logs(&self, execution_id: &str) -> Result<String, Error> {
-        let page = self.history(execution_id, 0).await?;
-        let events = page
-            .events
-            .iter()
-            .map(|e| e.to_event())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|message| Error::Decode {
-                status: 200,
-                message,
-            })?;
-        Ok(orbit_core::history::logs::format_history(
-            execution_id,
-            &events,
-        ))
     }
 
     /// Sends signal `name` to an execution.
