@@ -303,7 +303,7 @@ mod tests {
     fn every_operation_lists_its_errors_with_the_error_schema() {
         let doc = serde_json::to_value(document(true)).unwrap();
         let paths = doc["paths"].as_object().unwrap();
-        assert_eq!(paths.len(), 16);
+        assert!(paths.len() >= 17, "{}", paths.len());
         for (path, item) in paths {
             for (method, op) in item.as_object().unwrap() {
                 let responses = op["responses"].as_object().unwrap();
