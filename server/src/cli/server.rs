@@ -5,6 +5,7 @@ use crate::api::auth::AuthConfig;
 use crate::api::{self, limits, AppState, DEFAULT_MAX_BODY};
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config;
+use orbit_io_tokio::builtin::{self, allow::AllowPattern};
 use orbit_io_tokio::driver::{self, Driver};
 use orbit_io_tokio::storage::{
     PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
@@ -59,6 +60,44 @@ pub struct Args {
     /// Time a client has to send a request's body.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub body_timeout: Duration,
+    /// Hosts the built-in task `orbit.http` may call (repeatable): a host
+    /// name or IP address, optionally `:port`; `*` stands for one DNS label
+    /// (`*.example.com:443`). Nothing is allowed by default.
+    #[arg(long = "http-allow", value_name = "PATTERN", value_parser = parse_allow)]
+    pub http_allow: Vec<AllowPattern>,
+    /// Requests of the built-in task `orbit.http` in flight at most.
+    #[arg(long, default_value_t = builtin::DEFAULT_CONCURRENCY as u64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub http_concurrency: u64,
+    /// Cap on an `orbit.http` request's `timeout` (the default is 30s).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub http_timeout_max: Duration,
+    /// Largest `orbit.http` response body read, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub http_max_response: usize,
+}
+
+fn parse_allow(text: &str) -> Result<AllowPattern, String> {
+    AllowPattern::parse(text)
+}
+
+impl Args {
+    /// The built-in HTTP task's settings from the `--http-*` flags.
+    pub fn http_options(&self) -> Result<builtin::HttpOptions, ServerError> {
+        if self.http_timeout_max.is_zero() || self.http_max_response == 0 {
+            return Err(ServerError::Usage(
+                "--http-timeout-max and --http-max-response must be positive".into(),
+            ));
+        }
+        let defaults = builtin::HttpOptions::default();
+        Ok(builtin::HttpOptions {
+            allow: self.http_allow.clone(),
+            concurrency: usize::try_from(self.http_concurrency).unwrap_or(1),
+            default_timeout: defaults.default_timeout.min(self.http_timeout_max),
+            max_timeout: self.http_timeout_max,
+            max_response_bytes: self.http_max_response,
+            ..defaults
+        })
+    }
 }
 
 /// Why the server could not start or stopped with an error.
@@ -127,6 +166,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         None => None,
     };
     let addr = listen_addr(&args.listen, args.insecure || auth.is_some())?;
+    let http_options = args.http_options()?;
     let store = open_store(&args.db).await?;
     let options = driver::Options {
         engine: Config {
@@ -144,6 +184,9 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         max_body: args.max_body,
     };
     let purge = tokio::spawn(purge_expired(driver.store().clone()));
+    let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
+    let http = builtin::spawn(driver.clone(), http_options).map_err(ServerError::Usage)?;
+    tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
     if args.max_connections == 0 || args.header_timeout.is_zero() || args.body_timeout.is_zero() {
         return Err(ServerError::Usage(
             "--max-connections, --header-timeout and --body-timeout must be positive".into(),
@@ -179,6 +222,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     .await;
     purge.abort();
     driver.shutdown().await;
+    http.abort();
     Ok(())
 }
 
