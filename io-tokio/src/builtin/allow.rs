@@ -30,7 +30,9 @@ impl AllowPattern {
             return Err(bad("empty pattern"));
         }
         if t.contains("://") || t.contains('/') {
-            return Err(bad("give a host or IP address, optionally with :port, not a URL"));
+            return Err(bad(
+                "give a host or IP address, optionally with :port, not a URL",
+            ));
         }
         let (host, port) = if let Some(rest) = t.strip_prefix('[') {
             let (ip, after) = rest
@@ -38,7 +40,10 @@ impl AllowPattern {
                 .ok_or_else(|| bad("unclosed `[` around an IPv6 address"))?;
             let port = match after {
                 "" => None,
-                p => Some(p.strip_prefix(':').ok_or_else(|| bad("expected `:port` after `]`"))?),
+                p => Some(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| bad("expected `:port` after `]`"))?,
+                ),
             };
             (ip, port)
         } else if t.matches(':').count() > 1 {
@@ -74,7 +79,8 @@ impl AllowPattern {
             let valid = l == "*"
                 || (!l.is_empty()
                     && l.len() <= 63
-                    && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+                    && l.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
             if !valid {
                 return Err(bad(&format!(
                     "`{l}` is not a DNS label (letters, digits, `-`; `*` for any one label)"
@@ -165,7 +171,17 @@ mod tests {
 
     #[test]
     fn bad_patterns_are_refused_with_a_reason() {
-        for p in ["", "*", "*.*", "http://x.com", "x.com:0", "x.com:http", "a..b", "[::1", "x y"] {
+        for p in [
+            "",
+            "*",
+            "*.*",
+            "http://x.com",
+            "x.com:0",
+            "x.com:http",
+            "a..b",
+            "[::1",
+            "x y",
+        ] {
             assert!(AllowPattern::parse(p).is_err(), "{p}");
         }
     }

@@ -66,7 +66,8 @@ const POLL_WAIT_MS: u64 = 10_000;
 
 /// Starts the executor on `driver`. It stops when the driver shuts down.
 pub fn spawn(driver: Driver, options: HttpOptions) -> Result<JoinHandle<()>, String> {
-    let client = http::client(&options).map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let client =
+        http::client(&options).map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let executor = Executor {
         driver,
         options: Arc::new(options),
@@ -135,7 +136,9 @@ impl Executor {
                 let request = Request::Poll {
                     session_id: session.clone(),
                     max_tasks: Some(u32::try_from(free).unwrap_or(u32::MAX)),
-                    wait_ms: POLL_WAIT_MS.min(self.driver.session_timeout_ms() / 2).max(1),
+                    wait_ms: POLL_WAIT_MS
+                        .min(self.driver.session_timeout_ms() / 2)
+                        .max(1),
                     held: self.running.iter().cloned().collect(),
                 };
                 // The poll runs on its own: dropping it could lose tasks
