@@ -223,6 +223,7 @@ impl Job {
                 http::Verdict::Report(outcome) => Request::Result {
                     token: task.token.clone(),
                     outcome: outcome.clone(),
+                    patterns: None,
                 },
                 http::Verdict::Uncertain(reason) => match current(&self.session) {
                     Some(session_id) => Request::BuiltinUncertain {
