@@ -149,6 +149,10 @@ impl Drop for Server {
 }
 
 async fn start_server(db: &Path, allow: &str) -> Server {
+    start_server_with(db, allow, &[], Stdio::inherit()).await
+}
+
+async fn start_server_with(db: &Path, allow: &str, extra: &[&str], stderr: Stdio) -> Server {
     let addr = free_addr();
     let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
         .args([
@@ -162,10 +166,11 @@ async fn start_server(db: &Path, allow: &str) -> Server {
             "--http-allow",
             allow,
         ])
-        .env("RUST_LOG", "warn")
+        .args(extra)
+        .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .expect("spawn orbit server");
     let server = Server {
@@ -355,4 +360,36 @@ async fn sigkill_mid_request_makes_the_attempt_uncertain_with_the_seeds_reason()
             "#9 WorkflowCompleted",
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_name_the_execution() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _seen) = start_target().await;
+    let allow = base.trim_start_matches("http://").to_string();
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let server = start_server_with(
+        &dir.path().join("orbit.db"),
+        &allow,
+        &["--log-format", "json"],
+        Stdio::from(log),
+    )
+    .await;
+    deploy(&server, dir.path()).await;
+    run(&server, "Denied", "denied-json", &base).await;
+    assert_eq!(wait(&server, "denied-json").await["status"], "failed");
+    drop(server);
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(!lines.is_empty());
+    let about = lines
+        .iter()
+        .find(|l| l["fields"]["execution_id"] == "denied-json")
+        .unwrap_or_else(|| panic!("no line names the execution:\n{text}"));
+    assert_eq!(about["fields"]["code"], "HTTP_HOST_NOT_ALLOWED", "{about}");
+    assert!(about["level"].is_string() && about["timestamp"].is_string());
 }

@@ -224,7 +224,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 fn show(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

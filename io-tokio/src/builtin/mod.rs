@@ -210,13 +210,30 @@ struct Job {
 impl Job {
     async fn run(self, task: Task) {
         let verdict = http::perform(&self.client, &self.options, &task).await;
-        tracing::debug!(
-            execution_id = %task.execution_id,
-            step = %task.step_id,
-            attempt = task.attempt,
-            verdict = ?verdict,
-            "orbit.http attempt finished"
-        );
+        match &verdict {
+            http::Verdict::Report(orbit_core::engine::Outcome::Output(output)) => tracing::debug!(
+                execution_id = %task.execution_id,
+                step = %task.step_id,
+                attempt = task.attempt,
+                status = %output["status"],
+                "orbit.http attempt succeeded"
+            ),
+            http::Verdict::Report(orbit_core::engine::Outcome::Error(e)) => tracing::info!(
+                execution_id = %task.execution_id,
+                step = %task.step_id,
+                attempt = task.attempt,
+                code = %e.code,
+                message = %e.message,
+                "orbit.http attempt failed"
+            ),
+            http::Verdict::Uncertain(reason) => tracing::warn!(
+                execution_id = %task.execution_id,
+                step = %task.step_id,
+                attempt = task.attempt,
+                %reason,
+                "orbit.http attempt uncertain; it will be redelivered with the same key"
+            ),
+        }
         let mut delay = Duration::from_millis(50);
         loop {
             let request = match &verdict {

@@ -74,6 +74,21 @@ pub struct Args {
     /// Largest `orbit.http` response body read, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     pub http_max_response: usize,
+    /// Log lines as human-readable text or as one JSON object per line
+    /// (lines about an execution carry `execution_id`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `fields` (with
+    /// `message`), `target`.
+    Json,
 }
 
 fn parse_allow(text: &str) -> Result<AllowPattern, String> {
@@ -204,8 +219,11 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
-    eprintln!("orbit server listening on http://{bound}");
-    eprintln!("web console at http://{bound}/ui");
+    if args.log_format == LogFormat::Text {
+        // With JSON logs, stderr holds JSON lines only (the line above).
+        eprintln!("orbit server listening on http://{bound}");
+        eprintln!("web console at http://{bound}/ui");
+    }
     // On a signal, stop the engine first: parked long polls and waits are
     // answered 503 at once instead of holding the shutdown for minutes.
     let stopping = driver.clone();
@@ -277,13 +295,15 @@ async fn shutdown_signal() {
 /// `orbit server`: exit 0 after a clean shutdown, 2 on usage, storage or
 /// network errors.
 pub fn run(args: Args) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match args.log_format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
