@@ -498,6 +498,27 @@ mod tests {
     }
 
     #[test]
+    fn every_series_is_in_the_books_table() {
+        let m = Metrics::default();
+        m.record_events("e", &[scheduled(1, 1_000, "a", "demo.work")]);
+        let text = m.render(&[]);
+        let book = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/src/server/observability.md"
+        ))
+        .unwrap();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap();
+                assert!(
+                    book.contains(&format!("| `{name}` |")),
+                    "{name} is not in the metrics table of docs/src/server/observability.md"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
