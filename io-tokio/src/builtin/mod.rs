@@ -97,6 +97,16 @@ fn current(session: &Mutex<Option<String>>) -> Option<String> {
     session.lock().map(|s| s.clone()).unwrap_or_default()
 }
 
+/// The engine no longer knows `gone`: register again, unless that was
+/// done already.
+fn forget(session: &Mutex<Option<String>>, gone: &str) {
+    if let Ok(mut s) = session.lock() {
+        if s.as_deref() == Some(gone) {
+            *s = None;
+        }
+    }
+}
+
 fn set(session: &Mutex<Option<String>>, value: Option<String>) {
     if let Ok(mut s) = session.lock() {
         *s = value;
@@ -105,7 +115,7 @@ fn set(session: &Mutex<Option<String>>, value: Option<String>) {
 
 impl Executor {
     async fn run(mut self) {
-        let (polls_tx, mut polls_rx) = mpsc::unbounded_channel::<Response>();
+        let (polls_tx, mut polls_rx) = mpsc::unbounded_channel::<(String, Response)>();
         let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
         let beat = Duration::from_millis((self.driver.session_timeout_ms() / 3).max(10));
         let mut heartbeat = tokio::time::interval(beat);
@@ -143,19 +153,20 @@ impl Executor {
                 };
                 // The poll runs on its own: dropping it could lose tasks
                 // whose dispatch is already committed.
+                let polled = session.clone();
                 tokio::spawn(async move {
-                    let _ = tx.send(driver.call(request).await);
+                    let _ = tx.send((polled, driver.call(request).await));
                 });
             }
             tokio::select! {
-                Some(r) = polls_rx.recv() => {
+                Some((polled, r)) = polls_rx.recv() => {
                     polling = false;
                     if is_shutdown(&r) {
                         return;
                     }
                     match r.status {
                         200 => self.start_jobs(&r, &done_tx),
-                        404 => set(&self.session, None),
+                        404 => forget(&self.session, &polled),
                         _ => tokio::time::sleep(Duration::from_millis(200)).await,
                     }
                 }
@@ -165,14 +176,14 @@ impl Executor {
                 _ = heartbeat.tick() => {
                     if !polling && !self.running.is_empty() {
                         let r = self.driver.call(Request::Heartbeat {
-                            session_id: session,
+                            session_id: session.clone(),
                             held: self.running.iter().cloned().collect(),
                         }).await;
                         if is_shutdown(&r) {
                             return;
                         }
                         if r.status == 404 {
-                            set(&self.session, None);
+                            forget(&self.session, &session);
                         }
                     }
                 }
