@@ -96,6 +96,10 @@ pub struct Metrics {
     contacts: Mutex<HashMap<String, Instant>>,
     /// Group commits that failed.
     pub commit_failures: AtomicU64,
+    /// Spans the collector accepted (`--otlp-endpoint`).
+    pub spans_exported: AtomicU64,
+    /// Spans dropped: queue full, export behind, collector unreachable.
+    pub spans_dropped: AtomicU64,
     /// Seconds per group commit.
     pub commit_latency: Histogram,
     /// Engine batches per group commit.
@@ -147,6 +151,8 @@ impl Default for Metrics {
             units: Mutex::new(Units::default()),
             contacts: Mutex::new(HashMap::new()),
             commit_failures: AtomicU64::new(0),
+            spans_exported: AtomicU64::new(0),
+            spans_dropped: AtomicU64::new(0),
             commit_latency: Histogram::new(LATENCY_BOUNDS),
             batches_per_commit: Histogram::new(SIZE_BOUNDS),
             events_per_commit: Histogram::new(SIZE_BOUNDS),
@@ -343,6 +349,16 @@ impl Metrics {
                 "orbit_commit_failures_total",
                 "Group commits that did not apply.",
                 &self.commit_failures,
+            ),
+            (
+                "orbit_spans_exported_total",
+                "Trace spans the OTLP collector accepted.",
+                &self.spans_exported,
+            ),
+            (
+                "orbit_spans_dropped_total",
+                "Trace spans dropped (queue full, export behind, collector unreachable).",
+                &self.spans_dropped,
             ),
         ];
         for (name, help, value) in counters {

@@ -74,6 +74,10 @@ pub struct Args {
     /// Largest `orbit.http` response body read, in bytes.
     #[arg(long, default_value_t = 1024 * 1024)]
     pub http_max_response: usize,
+    /// Export trace spans with OTLP over HTTP/protobuf to `URL/v1/traces`
+    /// (best effort; dropped spans are counted in /metrics).
+    #[arg(long, value_name = "URL", env = "ORBIT_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Log lines as human-readable text or as one JSON object per line
     /// (lines about an execution carry `execution_id`).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -202,6 +206,14 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
     let http = builtin::spawn(driver.clone(), http_options).map_err(ServerError::Usage)?;
     tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
+    if let Some(endpoint) = &args.otlp_endpoint {
+        orbit_io_tokio::telemetry::spawn(
+            &driver,
+            orbit_io_tokio::telemetry::TraceOptions::new(endpoint),
+        )
+        .map_err(ServerError::Usage)?;
+        tracing::info!(%endpoint, "exporting trace spans (OTLP/HTTP protobuf)");
+    }
     if args.max_connections == 0 || args.header_timeout.is_zero() || args.body_timeout.is_zero() {
         return Err(ServerError::Usage(
             "--max-connections, --header-timeout and --body-timeout must be positive".into(),
