@@ -498,3 +498,83 @@ impl Traces {
         out
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(seq: u64, at: Millis, kind: serde_json::Value) -> Event {
+        let mut v = kind;
+        v["seq"] = json!(seq);
+        v["at"] = json!(at);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn created(parent: Option<&str>) -> serde_json::Value {
+        json!({"type": "WorkflowCreated", "workflow": "W", "version": "1.0.0",
+               "definition_hash": "h", "input": {}, "parent": parent})
+    }
+
+    #[test]
+    fn children_join_the_parent_trace_and_compensations_are_attempts() {
+        let mut t = Traces::default();
+        assert!(t.follow("p", &[ev(1, 0, created(None))]).is_empty());
+        t.follow("p.kid", &[ev(1, 5, created(Some("p")))]);
+        let kid = t.follow(
+            "p.kid",
+            &[ev(2, 9, json!({"type": "WorkflowCompleted", "output": {}}))],
+        );
+        assert_eq!(kid.len(), 1);
+        assert_eq!(kid[0].trace_id, trace_id("p"));
+        assert_eq!(kid[0].parent_span_id, execution_span_id("p"));
+        let spans = t.follow(
+            "p",
+            &[
+                ev(
+                    2,
+                    10,
+                    json!({"type": "StepScheduled", "step": "compensate:charge", "attempt": 1,
+                    "redelivery": true, "input": {}, "idempotency_key": "k", "task": "pay.refund",
+                    "contract_version": "1.0.0"}),
+                ),
+                ev(
+                    3,
+                    12,
+                    json!({"type": "StepDispatched", "step": "compensate:charge", "attempt": 1,
+                    "worker_id": "w1", "token": "t"}),
+                ),
+                ev(
+                    4,
+                    20,
+                    json!({"type": "StepAttemptUncertain", "step": "compensate:charge",
+                    "attempt": 1, "reason": "worker unregistered"}),
+                ),
+                ev(5, 30, json!({"type": "WorkflowCancelled"})),
+            ],
+        );
+        assert_eq!(spans.len(), 2);
+        let a = &spans[0];
+        assert_eq!(a.name, "compensate:charge");
+        assert_eq!(
+            (a.start_time_unix_nano, a.end_time_unix_nano),
+            (10_000_000, 20_000_000)
+        );
+        assert_eq!(a.events[0].time_unix_nano, 12_000_000);
+        let has = |k: &str, v: any_value::Value| {
+            a.attributes.iter().any(|kv| {
+                kv.key == k && kv.value.as_ref().and_then(|x| x.value.clone()) == Some(v.clone())
+            })
+        };
+        assert!(has("orbit.compensation", any_value::Value::BoolValue(true)));
+        assert!(has("orbit.redelivery", any_value::Value::BoolValue(true)));
+        assert!(has(
+            "orbit.outcome",
+            any_value::Value::StringValue("uncertain".into())
+        ));
+        assert_eq!(spans[1].name, "execution W");
+        assert!(spans[1].parent_span_id.is_empty());
+        assert!(!t.knows("p"));
+    }
+}
