@@ -419,7 +419,10 @@ impl World {
             Outcome::Output(_) => Report::Output,
             Outcome::Error(e) => Report::Error(e.code.clone()),
         };
-        self.reports.entry(token.to_owned()).or_default().push(report);
+        self.reports
+            .entry(token.to_owned())
+            .or_default()
+            .push(report);
         for _ in 0..copies {
             let request = Request::Result {
                 token: token.to_owned(),

@@ -70,7 +70,12 @@ fn fates(events: &[Event]) -> BTreeMap<&str, (&str, Fate)> {
 
 /// Checks one execution's durable history against the results its
 /// deliveries reported (`reports`) and the facts workers were told.
-pub fn check(id: &str, events: &[Event], facts: &[&Fact], reports: &Reports) -> Result<(), Violation> {
+pub fn check(
+    id: &str,
+    events: &[Event],
+    facts: &[&Fact],
+    reports: &Reports,
+) -> Result<(), Violation> {
     let fates = fates(events);
     for (token, (unit, fate)) in &fates {
         let Fate::Failed(code) = fate else {
