@@ -6,6 +6,7 @@
 //! in this crate performs I/O, reads a clock or draws randomness: time and ids
 //! are inputs.
 
+pub mod builtin;
 pub mod check;
 pub mod diagnostic;
 pub mod engine;

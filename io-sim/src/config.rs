@@ -34,11 +34,14 @@ pub enum Scenario {
     /// The server's clock steps forward (NTP steps, restarts on another
     /// clock) while it crashes now and then.
     ClockJumps,
+    /// The built-in HTTP task (`orbit.http`): requests that fail, are
+    /// refused or lose their answer, while the server crashes under them.
+    BuiltinHttp,
 }
 
 impl Scenario {
     /// Every scenario, in a fixed order.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Swarm,
         Scenario::SteadyLoad,
         Scenario::CrashStorm,
@@ -50,6 +53,7 @@ impl Scenario {
         Scenario::ChildWorkflows,
         Scenario::IdempotentStarts,
         Scenario::ClockJumps,
+        Scenario::BuiltinHttp,
     ];
 
     /// The command-line name (`crash-storm`).
@@ -66,6 +70,7 @@ impl Scenario {
             Scenario::ChildWorkflows => "child-workflows",
             Scenario::IdempotentStarts => "idempotent-starts",
             Scenario::ClockJumps => "clock-jumps",
+            Scenario::BuiltinHttp => "builtin-http",
         }
     }
 
@@ -348,6 +353,14 @@ impl SimConfig {
                 f.server_restart_ms_max = rng.between(100, 3000);
                 f.net_loss_probability = p(&mut rng, 0.05);
                 f.worker_slow_probability = p(&mut rng, 0.1);
+                f.client_cancel_probability = p(&mut rng, 0.2);
+            }
+            Scenario::BuiltinHttp => {
+                f.server_crash_interval_ms_mean = rng.between(1, 8) * 1000;
+                f.server_restart_ms_max = rng.between(50, 2000);
+                f.store_commit_ambiguous_probability = p(&mut rng, 0.05);
+                f.net_loss_probability = p(&mut rng, 0.05);
+                f.worker_fail_probability = p(&mut rng, 0.1);
                 f.client_cancel_probability = p(&mut rng, 0.2);
             }
             Scenario::IdempotentStarts => {

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod bugs;
+mod builtin;
 pub mod check;
 mod client;
 pub mod config;

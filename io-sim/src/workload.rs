@@ -131,6 +131,25 @@ workflow Label version "1.0.0" {
     output { tracking: label.tracking }
 }
 
+workflow Notify version "1.0.0" {
+    input { order: String, amount: Int }
+
+    step notify {
+        worker "orbit.http"
+        with { method: "POST", url: "https://hooks.example.com/orders/" + input.order, body: { amount: input.amount }, timeout: 2s }
+        idempotency_key: "notify-" + input.order
+        retry: { max_attempts: 5, backoff: 100ms, factor: 2.0, max_backoff: 1s }
+    }
+
+    step label {
+        worker "ship.create"
+        with { order: input.order }
+        after: [notify]
+    }
+
+    output { status: notify.status, tracking: label.tracking }
+}
+
 workflow Parent version "1.0.0" {
     input { order: String, amount: Int, parts: [String] }
 
@@ -194,6 +213,7 @@ fn mix(scenario: Scenario) -> &'static [(&'static str, u64)] {
         Scenario::SignalsSleeps => &[("Waiting", 4), ("Plain", 1)],
         Scenario::ChildWorkflows => &[("Parent", 4), ("Plain", 1)],
         Scenario::IdempotentStarts => &[("Plain", 2), ("Saga", 1)],
+        Scenario::BuiltinHttp => &[("Notify", 4), ("Plain", 1)],
     }
 }
 
@@ -219,6 +239,7 @@ pub fn pick(scenario: Scenario, rng: &mut SimRng, order: u64) -> (&'static str, 
             let skus: Vec<String> = (0..n).map(|i| format!("sku{i}")).collect();
             json!({"order": format!("o{order}"), "amount": rng.between(1, 500), "skus": skus})
         }
+        "Notify" => json!({"order": format!("o{order}"), "amount": rng.between(1, 500)}),
         "Parent" => {
             let n = rng.between(0, 2);
             let parts: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
@@ -235,6 +256,6 @@ mod tests {
     fn the_simulated_workflows_compile() {
         let defs = super::definitions();
         assert!(defs.is_ok(), "{defs:?}");
-        assert_eq!(defs.map(|d| d.len()).unwrap_or(0), 5);
+        assert_eq!(defs.map(|d| d.len()).unwrap_or(0), 6);
     }
 }

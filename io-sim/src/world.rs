@@ -6,6 +6,7 @@
 //! every acknowledgement it runs the invariant checkers.
 
 use crate::bugs::Bugs;
+use crate::builtin::{Builtin, BuiltinEv};
 use crate::check::{self, durability::Fact, Invariant, Violation};
 use crate::client::Client;
 use crate::config::SimConfig;
@@ -36,6 +37,8 @@ const TICK_EVERY_MS: Millis = 500;
 pub(crate) enum Actor {
     Worker(usize),
     Client(usize),
+    /// The server's own executor of built-in tasks (in process).
+    Builtin,
 }
 
 /// A timed event of the world.
@@ -108,6 +111,7 @@ pub(crate) enum Ev {
     },
     ClockJump,
     FaultsEnd,
+    Builtin(BuiltinEv),
 }
 
 impl Ev {
@@ -132,6 +136,7 @@ impl Ev {
             Ev::Partition { .. } => 17,
             Ev::ClockJump => 18,
             Ev::WorkerShutdown { .. } => 19,
+            Ev::Builtin(_) => 20,
         }
     }
 }
@@ -195,6 +200,8 @@ pub struct World {
     /// the expiry of its record (starts are facts: one execution per key
     /// while its record lives).
     created_by_key: BTreeMap<String, (String, Millis)>,
+    /// The built-in task executor (`orbit.http`).
+    pub(crate) builtin: Builtin,
 }
 
 impl World {
@@ -235,6 +242,7 @@ impl World {
             plant: options.plant,
             reports: BTreeMap::new(),
             created_by_key: BTreeMap::new(),
+            builtin: Builtin::new(cfg.scenario == crate::config::Scenario::BuiltinHttp),
             cfg,
         };
         w.setup()?;
@@ -423,6 +431,7 @@ impl World {
             Ev::ToActor { to, req, response } => match to {
                 Actor::Worker(w) => self.worker_response(w, req, response),
                 Actor::Client(c) => self.client_response(c, req, response),
+                Actor::Builtin => self.builtin_answer(req, response),
             },
             Ev::CommitDone { inc, batch } => self.commit_done(inc, batch),
             Ev::ReloadDone { inc, ids } => self.reload_done(inc, ids),
@@ -440,7 +449,9 @@ impl World {
             Ev::Timeout { actor, req } => match actor {
                 Actor::Worker(w) => self.worker_timeout(w, req),
                 Actor::Client(c) => self.client_timeout(c, req),
+                Actor::Builtin => {}
             },
+            Ev::Builtin(ev) => self.builtin_event(ev),
             Ev::WorkerWake { w, life } => self.worker_wake(w, life),
             Ev::WorkDone { w, life, token } => self.work_done(w, life, &token),
             Ev::WorkerCrash { w, life } => self.worker_crash(w, life),
@@ -487,6 +498,7 @@ impl World {
             pending: BTreeMap::new(),
             silenced: BTreeSet::new(),
         });
+        self.builtin_boot(self.incarnation);
     }
 
     /// Steps the server's clock forward, or (sometimes) backwards at its
@@ -608,6 +620,7 @@ impl World {
             }
         }
         self.store.crash();
+        self.builtin_crashed();
         drop(server);
         self.recheck_facts();
         let delay = self
@@ -616,7 +629,7 @@ impl World {
         self.at(delay, Ev::Restart);
     }
 
-    fn deliver_to_server(&mut self, from: Actor, req: u64, request: Request) {
+    pub(crate) fn deliver_to_server(&mut self, from: Actor, req: u64, request: Request) {
         let Some(s) = self.server.as_mut() else {
             return; // connection refused: the caller times out
         };
@@ -828,6 +841,9 @@ impl World {
     }
 
     fn send_to_actor(&mut self, to: Actor, req: u64, response: Response) {
+        if to == Actor::Builtin {
+            return self.builtin_answer(req, response);
+        }
         if self.cut_off(to) {
             return;
         }
@@ -964,6 +980,7 @@ impl World {
             }
             let wf = workflows.get(&row.definition_hash);
             result = check::history_under_steps(id, events, wf, back)
+                .and_then(|()| crate::builtin::check_history(id, events))
                 .and_then(|()| check::determinism::check(row, events, live));
         });
         result
@@ -975,6 +992,9 @@ impl World {
             return;
         }
         if let Err(v) = check::keys::payments(&self.payments) {
+            return self.fail(v);
+        }
+        if let Err(v) = self.builtin_final() {
             return self.fail(v);
         }
         let mut result = Ok(());
@@ -999,6 +1019,7 @@ impl World {
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             result = check::history_under_steps(&row.id, events, wf, back)
+                .and_then(|()| crate::builtin::check_history(&row.id, events))
                 .and_then(|()| check::tokens::check(&row.id, events, told, reports))
                 .and_then(|()| check::keys::effects_applied(payments, &row.id, events))
                 .and_then(|()| check::determinism::check(row, events, live));

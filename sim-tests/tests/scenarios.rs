@@ -75,3 +75,8 @@ fn idempotent_starts_with_lost_responses() {
 fn clock_jumps_across_crashes() {
     run(Scenario::ClockJumps, 11);
 }
+
+#[test]
+fn builtin_http_task_across_crashes() {
+    run(Scenario::BuiltinHttp, 12);
+}

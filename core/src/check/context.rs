@@ -37,13 +37,23 @@ impl<'a> Ctx<'_, 'a, '_> {
 
     /// Resolves `worker "name"` (E0102 for unknown and reserved names).
     pub(super) fn task(&mut self, name: &StrLit) -> Option<TaskContract> {
-        if name.value.starts_with("orbit.") {
+        if crate::builtin::is_reserved(&name.value) {
+            if let Some(c) = crate::builtin::contract(&name.value) {
+                self.used.insert(c.name.clone(), c.clone());
+                return Some(c);
+            }
             let loc = self.loc(name.span);
             self.rep.error_help(
                 "E0102",
-                format!("unknown task `{}`: `orbit.*` names are reserved for built-in tasks", name.value),
+                format!(
+                    "unknown task `{}`: `orbit.*` names are reserved for built-in tasks",
+                    name.value
+                ),
                 loc,
-                "no built-in task is available in this version; declare your own task under another name",
+                format!(
+                    "the only built-in task is `{}`; declare your own task under another name",
+                    crate::builtin::HTTP_TASK
+                ),
             );
             return None;
         }

@@ -542,3 +542,33 @@ mod robustness {
         }
     }
 }
+
+#[test]
+fn orbit_http_is_typed_without_a_declaration() {
+    let ok = wf(r#"
+        step call { worker "orbit.http" with { method: "GET", url: "http://api.local/x/" + input.id, timeout: 5s } }
+        step b { worker "t.put" with { n: call.status } }
+    "#);
+    assert_eq!(codes(&ok), Vec::<String>::new());
+    let compiled = run(&ok);
+    let contract = &compiled.definitions[0].workflow.tasks["orbit.http"];
+    assert_eq!(contract.version, crate::builtin::HTTP_CONTRACT_VERSION);
+    // `url` is required, unknown fields are refused, types are checked.
+    let missing = wf(r#"step call { worker "orbit.http" with { method: "GET" } }"#);
+    assert_eq!(codes(&missing), ["E0404"]);
+    let unknown =
+        wf(r#"step call { worker "orbit.http" with { method: "GET", url: "u", verb: 1 } }"#);
+    assert_eq!(codes(&unknown), ["E0406"]);
+    let mistyped =
+        wf(r#"step call { worker "orbit.http" with { method: "GET", url: "u", timeout: 5 } }"#);
+    assert_eq!(codes(&mistyped), ["E0400"]);
+    // The output's status is an Int: a String is not.
+    let wrong = wf(r#"
+        step call { worker "orbit.http" with { method: "GET", url: "u" } }
+        step b { worker "t.get" with { id: call.status } }
+    "#);
+    assert_eq!(codes(&wrong), ["E0400"]);
+    // Other `orbit.` names stay reserved.
+    let other = wf(r#"step call { worker "orbit.smtp" with { } }"#);
+    assert_eq!(codes(&other), ["E0102"]);
+}

@@ -182,6 +182,26 @@ pub enum Request {
         /// out before a restart too.
         patterns: Option<Vec<String>>,
     },
+    /// The runtime's own executor of built-in tasks (`orbit.http`) opens
+    /// its session: it takes `orbit.*` units only, and workers never do.
+    /// In-process only; the HTTP API has no route to it. Answered like
+    /// `RegisterWorker`.
+    RegisterBuiltin {
+        /// Default cap on tasks per poll.
+        max_tasks: Option<u32>,
+    },
+    /// The built-in executor cannot know whether a delivery took effect (a
+    /// timeout or a lost connection after the request was sent): the
+    /// attempt becomes `StepAttemptUncertain` with `reason` and is
+    /// redelivered with the same key. Answered `{"accepted": true}`.
+    BuiltinUncertain {
+        /// The built-in session.
+        session_id: String,
+        /// The delivery's token.
+        token: String,
+        /// The reason recorded.
+        reason: String,
+    },
 }
 
 /// The body of a start request.

@@ -4,6 +4,7 @@
 
 mod admission;
 mod batch;
+mod builtin;
 mod config;
 mod control;
 pub mod decide;
@@ -264,6 +265,12 @@ impl Engine {
             Request::Heartbeat { session_id, held } => self.heartbeat(id, &session_id, &held),
             Request::Unregister { session_id } => self.unregister(id, &session_id),
             r @ Request::Result { .. } => self.result(id, r),
+            Request::RegisterBuiltin { max_tasks } => self.register_builtin(id, max_tasks),
+            Request::BuiltinUncertain {
+                session_id,
+                token,
+                reason,
+            } => self.builtin_uncertain(id, &session_id, &token, reason),
         }
     }
 

@@ -30,7 +30,11 @@ impl Engine {
             ids.push(stored.execution_id.clone());
             self.install(stored);
         }
-        let in_flight = self.tokens.values().any(|t| t.session.is_none());
+        self.builtin_restarted();
+        let in_flight = self
+            .tokens
+            .values()
+            .any(|t| t.session.is_none() && !t.confirmed);
         if in_flight {
             self.recovery_until = Some(self.now + self.config.session_timeout_ms);
         }

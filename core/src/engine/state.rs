@@ -44,13 +44,19 @@ pub(crate) struct Session {
     pub last_seen: Millis,
     /// Tokens dispatched to or re-attached by this session.
     pub tokens: BTreeSet<String>,
+    /// The runtime's own executor of built-in tasks.
+    pub builtin: bool,
 }
 
 impl Session {
-    /// True when this session may be handed `task`: one of its patterns
-    /// matches, and it is not a built-in (`orbit.`) task.
+    /// True when this session may be handed `task`: a built-in (`orbit.`)
+    /// task goes to the built-in session only; any other task to a worker
+    /// session one of whose patterns matches.
     pub fn takes(&self, task: &str) -> bool {
-        !task.starts_with("orbit.") && self.patterns.iter().any(|p| pattern_matches(p, task))
+        if self.builtin {
+            return crate::builtin::is_reserved(task);
+        }
+        !crate::builtin::is_reserved(task) && self.patterns.iter().any(|p| pattern_matches(p, task))
     }
 }
 

@@ -46,6 +46,7 @@ impl Engine {
                 max_tasks: max_tasks.unwrap_or(1).max(1),
                 last_seen: self.now,
                 tokens: BTreeSet::new(),
+                builtin: false,
             },
         );
         self.reply(

@@ -1,8 +1,9 @@
 //! In-memory counters and histograms the driver keeps, rendered in the
 //! Prometheus text format by [`Metrics::render`]. They reset on restart.
 
+use orbit_core::history::Millis;
 use orbit_core::history::{Event, EventKind};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -67,6 +68,10 @@ const LATENCY_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 const SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+/// Millisecond-resolution durations, from the history's timestamps.
+const DURATION_BOUNDS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
 
 /// Everything `/metrics` shows besides the per-status execution counts (which
 /// are read from storage at scrape time).
@@ -87,16 +92,50 @@ pub struct Metrics {
     /// Worker sessions registered and not unregistered or expired (see
     /// [`Metrics::live_sessions`]).
     pub sessions: AtomicI64,
-    queued: Mutex<BTreeSet<(String, String)>>,
+    units: Mutex<Units>,
     contacts: Mutex<HashMap<String, Instant>>,
     /// Group commits that failed.
     pub commit_failures: AtomicU64,
+    /// Spans the collector accepted (`--otlp-endpoint`).
+    pub spans_exported: AtomicU64,
+    /// Spans dropped: queue full, export behind, collector unreachable.
+    pub spans_dropped: AtomicU64,
     /// Seconds per group commit.
     pub commit_latency: Histogram,
     /// Engine batches per group commit.
     pub batches_per_commit: Histogram,
     /// Events per group commit.
     pub events_per_commit: Histogram,
+    /// Seconds from a unit's `StepScheduled` to its `StepDispatched`.
+    pub handoff_latency: Histogram,
+    /// Seconds from a `StepDispatched` to the attempt's outcome (success,
+    /// failure or uncertainty).
+    pub attempt_duration: Histogram,
+}
+
+/// What the metrics follow of one unit (between its scheduling and its
+/// resolution).
+#[derive(Debug, Default, Clone)]
+struct Unit {
+    task: String,
+    /// `at` of the `StepScheduled` while the unit waits in the queue.
+    queued_since: Option<Millis>,
+    /// `at` of the `StepDispatched` while an attempt runs.
+    dispatched_at: Option<Millis>,
+}
+
+/// Attempt outcomes of one task name.
+#[derive(Debug, Default, Clone, Copy)]
+struct Outcomes {
+    succeeded: u64,
+    failed: u64,
+    uncertain: u64,
+}
+
+#[derive(Debug, Default)]
+struct Units {
+    live: HashMap<(String, String), Unit>,
+    by_task: BTreeMap<String, Outcomes>,
 }
 
 impl Default for Metrics {
@@ -109,14 +148,22 @@ impl Default for Metrics {
             redeliveries: AtomicU64::new(0),
             queue_depth: AtomicI64::new(0),
             sessions: AtomicI64::new(0),
-            queued: Mutex::new(BTreeSet::new()),
+            units: Mutex::new(Units::default()),
             contacts: Mutex::new(HashMap::new()),
             commit_failures: AtomicU64::new(0),
+            spans_exported: AtomicU64::new(0),
+            spans_dropped: AtomicU64::new(0),
             commit_latency: Histogram::new(LATENCY_BOUNDS),
             batches_per_commit: Histogram::new(SIZE_BOUNDS),
             events_per_commit: Histogram::new(SIZE_BOUNDS),
+            handoff_latency: Histogram::new(DURATION_BOUNDS),
+            attempt_duration: Histogram::new(DURATION_BOUNDS),
         }
     }
+}
+
+fn seconds(from: Millis, to: Millis) -> f64 {
+    to.saturating_sub(from) as f64 / 1000.0
 }
 
 impl Metrics {
@@ -124,67 +171,108 @@ impl Metrics {
     /// its `StepScheduled` until it is dispatched or resolved, or its
     /// execution ends.
     pub fn record_events(&self, execution_id: &str, events: &[Event]) {
-        let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        self.follow(execution_id, events, true);
+    }
+
+    /// Seeds the queue gauges from recovered histories (counters and
+    /// histograms stay 0).
+    pub fn recover_queue(&self, execution_id: &str, events: &[Event]) {
+        self.follow(execution_id, events, false);
+    }
+
+    fn follow(&self, execution_id: &str, events: &[Event], count: bool) {
+        let mut guard = self.units.lock().unwrap_or_else(|e| e.into_inner());
+        let units = &mut *guard;
+        let key = |step: &str| (execution_id.to_owned(), step.to_owned());
+        let add = |c: &AtomicU64| {
+            if count {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        };
         for e in events {
             match &e.kind {
                 EventKind::StepScheduled {
-                    step, redelivery, ..
+                    step,
+                    task,
+                    redelivery,
+                    ..
                 } => {
-                    queued.insert((execution_id.to_owned(), step.clone()));
+                    let u = units.live.entry(key(step)).or_default();
+                    u.task.clone_from(task);
+                    u.queued_since = Some(e.at);
+                    u.dispatched_at = None;
                     if *redelivery {
-                        self.redeliveries.fetch_add(1, Ordering::Relaxed);
+                        add(&self.redeliveries);
                     }
                 }
                 EventKind::StepDispatched { step, .. } => {
-                    queued.remove(&(execution_id.to_owned(), step.clone()));
-                    self.steps_dispatched.fetch_add(1, Ordering::Relaxed);
+                    if let Some(u) = units.live.get_mut(&key(step)) {
+                        if let Some(since) = u.queued_since.take() {
+                            if count {
+                                self.handoff_latency.observe(seconds(since, e.at));
+                            }
+                        }
+                        u.dispatched_at = Some(e.at);
+                    }
+                    add(&self.steps_dispatched);
                 }
-                EventKind::StepSucceeded { step, .. } => {
-                    queued.remove(&(execution_id.to_owned(), step.clone()));
-                    self.steps_succeeded.fetch_add(1, Ordering::Relaxed);
-                }
-                EventKind::StepAttemptFailed { .. } => {
-                    self.step_attempts_failed.fetch_add(1, Ordering::Relaxed);
+                EventKind::StepSucceeded { step, .. }
+                | EventKind::StepAttemptFailed { step, .. }
+                | EventKind::StepAttemptUncertain { step, .. } => {
+                    let k = key(step);
+                    if let Some(u) = units.live.get_mut(&k) {
+                        if let Some(at) = u.dispatched_at.take() {
+                            if count {
+                                self.attempt_duration.observe(seconds(at, e.at));
+                            }
+                        }
+                        if count {
+                            let o = units.by_task.entry(u.task.clone()).or_default();
+                            match e.kind {
+                                EventKind::StepSucceeded { .. } => o.succeeded += 1,
+                                EventKind::StepAttemptFailed { .. } => o.failed += 1,
+                                _ => o.uncertain += 1,
+                            }
+                        }
+                    }
+                    match e.kind {
+                        EventKind::StepSucceeded { .. } => {
+                            units.live.remove(&k);
+                            add(&self.steps_succeeded);
+                        }
+                        EventKind::StepAttemptFailed { .. } => add(&self.step_attempts_failed),
+                        _ => {}
+                    }
                 }
                 EventKind::StepFailed { step, .. } => {
-                    queued.remove(&(execution_id.to_owned(), step.clone()));
-                    self.steps_failed.fetch_add(1, Ordering::Relaxed);
+                    units.live.remove(&key(step));
+                    add(&self.steps_failed);
                 }
                 EventKind::WorkflowCompleted { .. }
                 | EventKind::WorkflowFailed { .. }
                 | EventKind::WorkflowCancelled { .. } => {
-                    queued.retain(|(id, _)| id != execution_id);
+                    units.live.retain(|(id, _), _| id != execution_id);
                 }
                 _ => {}
             }
         }
-        let depth = i64::try_from(queued.len()).unwrap_or(i64::MAX);
-        self.queue_depth.store(depth, Ordering::Relaxed);
+        let depth = units
+            .live
+            .values()
+            .filter(|u| u.queued_since.is_some())
+            .count();
+        self.queue_depth
+            .store(i64::try_from(depth).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
-    /// Seeds the queue gauge from recovered histories (counters stay 0).
-    pub fn recover_queue(&self, execution_id: &str, events: &[Event]) {
-        let mut queued = self.queued.lock().unwrap_or_else(|e| e.into_inner());
-        for e in events {
-            match &e.kind {
-                EventKind::StepScheduled { step, .. } => {
-                    queued.insert((execution_id.to_owned(), step.clone()));
-                }
-                EventKind::StepDispatched { step, .. }
-                | EventKind::StepSucceeded { step, .. }
-                | EventKind::StepFailed { step, .. } => {
-                    queued.remove(&(execution_id.to_owned(), step.clone()));
-                }
-                EventKind::WorkflowCompleted { .. }
-                | EventKind::WorkflowFailed { .. }
-                | EventKind::WorkflowCancelled { .. } => {
-                    queued.retain(|(id, _)| id != execution_id);
-                }
-                _ => {}
-            }
+    /// Units waiting in the queue, per task name.
+    fn queue_by_task(&self) -> BTreeMap<String, u64> {
+        let units = self.units.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = BTreeMap::new();
+        for u in units.live.values().filter(|u| u.queued_since.is_some()) {
+            *out.entry(u.task.clone()).or_insert(0) += 1;
         }
-        let depth = i64::try_from(queued.len()).unwrap_or(i64::MAX);
-        self.queue_depth.store(depth, Ordering::Relaxed);
+        out
     }
 
     /// A worker session was registered or called.
@@ -262,6 +350,16 @@ impl Metrics {
                 "Group commits that did not apply.",
                 &self.commit_failures,
             ),
+            (
+                "orbit_spans_exported_total",
+                "Trace spans the OTLP collector accepted.",
+                &self.spans_exported,
+            ),
+            (
+                "orbit_spans_dropped_total",
+                "Trace spans dropped (queue full, export behind, collector unreachable).",
+                &self.spans_dropped,
+            ),
         ];
         for (name, help, value) in counters {
             let _ = writeln!(out, "# HELP {name} {help}");
@@ -300,6 +398,144 @@ impl Metrics {
             "orbit_commit_events",
             "History events written by one group commit.",
         );
+        self.handoff_latency.render(
+            &mut out,
+            "orbit_step_handoff_seconds",
+            "Time from a unit's StepScheduled to its StepDispatched.",
+        );
+        self.attempt_duration.render(
+            &mut out,
+            "orbit_attempt_duration_seconds",
+            "Time from StepDispatched to the attempt's success, failure or uncertainty.",
+        );
+        let _ = writeln!(
+            out,
+            "# HELP orbit_queue_depth_by_task Units queued and not yet dispatched, per task name."
+        );
+        let _ = writeln!(out, "# TYPE orbit_queue_depth_by_task gauge");
+        for (task, n) in self.queue_by_task() {
+            let _ = writeln!(
+                out,
+                "orbit_queue_depth_by_task{{task=\"{}\"}} {n}",
+                label(&task)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP orbit_task_attempts_total Attempts that ended, per task name and outcome."
+        );
+        let _ = writeln!(out, "# TYPE orbit_task_attempts_total counter");
+        let by_task = {
+            let units = self.units.lock().unwrap_or_else(|e| e.into_inner());
+            units.by_task.clone()
+        };
+        for (task, o) in by_task {
+            let task = label(&task);
+            for (outcome, n) in [
+                ("succeeded", o.succeeded),
+                ("failed", o.failed),
+                ("uncertain", o.uncertain),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "orbit_task_attempts_total{{task=\"{task}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
+        }
         out
+    }
+}
+
+/// A Prometheus label value: `\`, `"` and newlines escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(seq: u64, at: Millis, kind: serde_json::Value) -> Event {
+        let mut v = kind;
+        v["seq"] = json!(seq);
+        v["at"] = json!(at);
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn scheduled(seq: u64, at: Millis, step: &str, task: &str) -> Event {
+        event(
+            seq,
+            at,
+            json!({"type": "StepScheduled", "step": step, "attempt": 1, "input": {},
+                   "idempotency_key": step, "task": task, "contract_version": "1.0.0"}),
+        )
+    }
+
+    #[test]
+    fn handoff_attempt_durations_and_per_task_outcomes_come_from_the_history() {
+        let m = Metrics::default();
+        m.record_events(
+            "e",
+            &[
+                scheduled(1, 1_000, "a", "orbit.http"),
+                scheduled(2, 1_000, "b", "demo.work"),
+                scheduled(3, 1_000, "c", "demo.work"),
+            ],
+        );
+        assert_eq!(m.queue_depth.load(Ordering::Relaxed), 3);
+        m.record_events(
+            "e",
+            &[
+                event(4, 1_250, json!({"type": "StepDispatched", "step": "a", "attempt": 1, "worker_id": "orbit", "token": "t1"})),
+                event(5, 3_250, json!({"type": "StepAttemptUncertain", "step": "a", "attempt": 1, "reason": "r"})),
+                event(6, 3_300, json!({"type": "StepDispatched", "step": "b", "attempt": 1, "worker_id": "w", "token": "t2"})),
+                event(7, 3_400, json!({"type": "StepSucceeded", "step": "b", "attempt": 1, "output": {}})),
+            ],
+        );
+        assert_eq!(m.queue_depth.load(Ordering::Relaxed), 1);
+        assert_eq!(m.handoff_latency.count(), 2);
+        assert_eq!(m.attempt_duration.count(), 2);
+        let text = m.render(&[]);
+        for line in [
+            "orbit_queue_depth_by_task{task=\"demo.work\"} 1",
+            "orbit_task_attempts_total{task=\"orbit.http\",outcome=\"uncertain\"} 1",
+            "orbit_task_attempts_total{task=\"demo.work\",outcome=\"succeeded\"} 1",
+            "orbit_step_handoff_seconds_bucket{le=\"0.25\"} 1",
+            "orbit_step_handoff_seconds_sum 2.55",
+            "orbit_attempt_duration_seconds_bucket{le=\"2.5\"} 2",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_series_is_in_the_books_table() {
+        let m = Metrics::default();
+        m.record_events("e", &[scheduled(1, 1_000, "a", "demo.work")]);
+        let text = m.render(&[]);
+        let book = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/src/server/observability.md"
+        ))
+        .unwrap();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap();
+                assert!(
+                    book.contains(&format!("| `{name}` |")),
+                    "{name} is not in the metrics table of docs/src/server/observability.md"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

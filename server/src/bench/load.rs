@@ -217,11 +217,11 @@ async fn starter(
                 shared.completed.fetch_add(1, Ordering::SeqCst);
             }
             Ok(status) => {
-                tracing::warn!(execution = %id, %status, "execution did not complete");
+                tracing::warn!(execution_id = %id, %status, "execution did not complete");
                 shared.errors.fetch_add(1, Ordering::SeqCst);
             }
             Err(e) => {
-                tracing::warn!(execution = %id, error = %e, "wait failed");
+                tracing::warn!(execution_id = %id, error = %e, "wait failed");
                 shared.errors.fetch_add(1, Ordering::SeqCst);
             }
         }

@@ -179,6 +179,9 @@ impl Embedded {
         let driver = Driver::start(store, options)
             .await
             .map_err(|e| format!("storage: {e}"))?;
+        // `orbit.http` with the defaults: no host allowed (a step gets
+        // HTTP_HOST_NOT_ALLOWED); use `orbit server --http-allow` for more.
+        orbit_io_tokio::builtin::spawn(driver.clone(), Default::default())?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;

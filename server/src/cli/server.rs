@@ -5,6 +5,7 @@ use crate::api::auth::AuthConfig;
 use crate::api::{self, limits, AppState, DEFAULT_MAX_BODY};
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config;
+use orbit_io_tokio::builtin::{self, allow::AllowPattern};
 use orbit_io_tokio::driver::{self, Driver};
 use orbit_io_tokio::storage::{
     PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
@@ -59,6 +60,63 @@ pub struct Args {
     /// Time a client has to send a request's body.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub body_timeout: Duration,
+    /// Hosts the built-in task `orbit.http` may call (repeatable): a host
+    /// name or IP address, optionally `:port`; `*` stands for one DNS label
+    /// (`*.example.com:443`). Nothing is allowed by default.
+    #[arg(long = "http-allow", value_name = "PATTERN", value_parser = parse_allow)]
+    pub http_allow: Vec<AllowPattern>,
+    /// Requests of the built-in task `orbit.http` in flight at most.
+    #[arg(long, default_value_t = builtin::DEFAULT_CONCURRENCY as u64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub http_concurrency: u64,
+    /// Cap on an `orbit.http` request's `timeout` (the default is 30s).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub http_timeout_max: Duration,
+    /// Largest `orbit.http` response body read, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub http_max_response: usize,
+    /// Export trace spans with OTLP over HTTP/protobuf to `URL/v1/traces`
+    /// (best effort; dropped spans are counted in /metrics).
+    #[arg(long, value_name = "URL", env = "ORBIT_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// Log lines as human-readable text or as one JSON object per line
+    /// (lines about an execution carry `execution_id`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `fields` (with
+    /// `message`), `target`.
+    Json,
+}
+
+fn parse_allow(text: &str) -> Result<AllowPattern, String> {
+    AllowPattern::parse(text)
+}
+
+impl Args {
+    /// The built-in HTTP task's settings from the `--http-*` flags.
+    pub fn http_options(&self) -> Result<builtin::HttpOptions, ServerError> {
+        if self.http_timeout_max.is_zero() || self.http_max_response == 0 {
+            return Err(ServerError::Usage(
+                "--http-timeout-max and --http-max-response must be positive".into(),
+            ));
+        }
+        let defaults = builtin::HttpOptions::default();
+        Ok(builtin::HttpOptions {
+            allow: self.http_allow.clone(),
+            concurrency: usize::try_from(self.http_concurrency).unwrap_or(1),
+            default_timeout: defaults.default_timeout.min(self.http_timeout_max),
+            max_timeout: self.http_timeout_max,
+            max_response_bytes: self.http_max_response,
+            ..defaults
+        })
+    }
 }
 
 /// Why the server could not start or stopped with an error.
@@ -127,6 +185,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         None => None,
     };
     let addr = listen_addr(&args.listen, args.insecure || auth.is_some())?;
+    let http_options = args.http_options()?;
     let store = open_store(&args.db).await?;
     let options = driver::Options {
         engine: Config {
@@ -144,6 +203,17 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         max_body: args.max_body,
     };
     let purge = tokio::spawn(purge_expired(driver.store().clone()));
+    let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
+    let http = builtin::spawn(driver.clone(), http_options).map_err(ServerError::Usage)?;
+    tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
+    if let Some(endpoint) = &args.otlp_endpoint {
+        orbit_io_tokio::telemetry::spawn(
+            &driver,
+            orbit_io_tokio::telemetry::TraceOptions::new(endpoint),
+        )
+        .map_err(ServerError::Usage)?;
+        tracing::info!(%endpoint, "exporting trace spans (OTLP/HTTP protobuf)");
+    }
     if args.max_connections == 0 || args.header_timeout.is_zero() || args.body_timeout.is_zero() {
         return Err(ServerError::Usage(
             "--max-connections, --header-timeout and --body-timeout must be positive".into(),
@@ -161,8 +231,11 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
-    eprintln!("orbit server listening on http://{bound}");
-    eprintln!("web console at http://{bound}/ui");
+    if args.log_format == LogFormat::Text {
+        // With JSON logs, stderr holds JSON lines only (the line above).
+        eprintln!("orbit server listening on http://{bound}");
+        eprintln!("web console at http://{bound}/ui");
+    }
     // On a signal, stop the engine first: parked long polls and waits are
     // answered 503 at once instead of holding the shutdown for minutes.
     let stopping = driver.clone();
@@ -179,6 +252,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     .await;
     purge.abort();
     driver.shutdown().await;
+    http.abort();
     Ok(())
 }
 
@@ -233,13 +307,15 @@ async fn shutdown_signal() {
 /// `orbit server`: exit 0 after a clean shutdown, 2 on usage, storage or
 /// network errors.
 pub fn run(args: Args) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match args.log_format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -20,7 +20,8 @@ const USAGE: &str =
   --seeds N       run N seeds starting at --from (default 0)
   --scenario NAME one of: swarm (default), steady-load, crash-storm, lost-workers,
                   late-and-duplicate, storage-faults, cancel-compensation,
-                  signals-sleeps, child-workflows, idempotent-starts, clock-jumps, all
+                  signals-sleeps, child-workflows, idempotent-starts, clock-jumps,
+                  builtin-http, all
   --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
                   network, partition, workers, cancel, clock
   --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
