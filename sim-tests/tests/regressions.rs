@@ -51,3 +51,26 @@ fn finding_2_lost_poll_response_dispatch_is_never_made_uncertain_after_ambiguous
     passes(0x2718, Scenario::IdempotentStarts);
     passes(0x2729, Scenario::IdempotentStarts);
 }
+
+/// Issue 11: a task handed out in a batch whose worker session ended (an
+/// unregister, or an expiry during a slow commit) before the batch
+/// committed was never redelivered: the unit stayed `StepDispatched`
+/// forever. Found by the unmodified explorer on these swarm seeds; fixed by
+/// sweeping in-flight hand-outs when a session ends. (The world has grown
+/// since, so the seeds now explore other runs; they stay as regression
+/// seeds, and the bug itself is a planted tooth in `teeth.rs`.)
+#[test]
+fn issue_11_hand_out_to_an_ended_session_swarm_seeds() {
+    for seed in [
+        0x31aca, 0x31b6e, 0x31c51, 0x3318f, 0x33ea6, 0x49619, 0x4974d, 0x4998c,
+    ] {
+        passes(seed, Scenario::Swarm);
+    }
+}
+
+/// Issue 11: a failed write of an admission left the execution pending
+/// forever (found once admission caps were sampled).
+#[test]
+fn issue_11_failed_admission_write_swarm_seed() {
+    passes(0x5c, Scenario::Swarm);
+}

@@ -109,3 +109,85 @@ fn a_panic_is_reported_as_a_crash_with_its_own_exit_code() {
     assert!(report.to_string().contains("planted panic at step 50"));
     assert!(report.repro().contains("--seed 0x1 --scenario steady-load"));
 }
+
+/// Bugs planted in the engine itself (`orbit-core`'s `planted-bugs`
+/// feature): each must be caught within its budget of seeds of the
+/// scenario that stresses it. The budgets are about ten times the first
+/// catch measured when they were set (see the simulation chapter).
+fn planted(bug: orbit_io_sim::Bug, scenario: Scenario, budget: u64, expected: &[Invariant]) {
+    let Some((seed, report)) = orbit_sim_tests::first_catch_planted(scenario, bug, budget) else {
+        panic!("{bug:?} not caught in {budget} seeds of {scenario}");
+    };
+    let got = report.outcome.violation().map(|v| v.invariant);
+    eprintln!("{bug:?}: caught at seed {seed:#x} of {scenario} as {got:?}");
+    assert!(
+        got.is_some_and(|g| expected.contains(&g)),
+        "{bug:?} caught at seed {seed:#x} as {got:?}, expected one of {expected:?}:\n{report}"
+    );
+}
+
+#[test]
+fn an_uncertain_attempt_treated_as_failed_is_caught() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::UncertainAsFailed,
+        Scenario::LostWorkers,
+        10,
+        &[Invariant::WellFormed],
+    );
+}
+
+#[test]
+fn a_stale_failure_accepted_is_caught() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::StaleFailureAccepted,
+        Scenario::LateAndDuplicate,
+        10,
+        &[Invariant::WellFormed],
+    );
+}
+
+#[test]
+fn a_second_recorded_success_is_caught() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::DoubleSuccess,
+        Scenario::LateAndDuplicate,
+        10,
+        &[Invariant::OneSuccess],
+    );
+}
+
+#[test]
+fn a_dispatch_answered_before_its_commit_is_caught() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::DispatchBeforeCommit,
+        Scenario::Swarm,
+        20,
+        &[Invariant::NoLostCommits],
+    );
+}
+
+#[test]
+fn an_idempotency_key_released_on_an_ambiguous_commit_is_caught() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::KeyReleasedOnAmbiguous,
+        Scenario::IdempotentStarts,
+        60,
+        &[Invariant::NoLostCommits],
+    );
+}
+
+#[test]
+fn a_hand_out_attached_to_a_dead_session_is_caught() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::HandOutToDeadSession,
+        Scenario::LostWorkers,
+        100,
+        &[Invariant::Liveness],
+    );
+}
