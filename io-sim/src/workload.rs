@@ -131,6 +131,22 @@ workflow Label version "1.0.0" {
     output { tracking: label.tracking }
 }
 
+workflow Throttled version "1.0.0" {
+    input { items: [Int] }
+
+    step each {
+        for item in input.items
+        worker "work.step"
+        with { n: item }
+        max_concurrency: 2
+        queue_timeout: 4s
+        retry: { max_attempts: 3, backoff: 100ms, factor: 2.0, max_backoff: 1s }
+        timeout: 5s
+    }
+
+    output { done: each }
+}
+
 workflow Notify version "1.0.0" {
     input { order: String, amount: Int }
 
@@ -202,13 +218,23 @@ pub fn definitions() -> Result<Vec<DefinitionRecord>, String> {
 /// The workflows a scenario starts, with relative weights.
 fn mix(scenario: Scenario) -> &'static [(&'static str, u64)] {
     match scenario {
-        Scenario::Swarm => &[("Plain", 3), ("Saga", 3), ("Waiting", 2), ("Parent", 2)],
+        Scenario::Swarm => &[
+            ("Plain", 3),
+            ("Saga", 3),
+            ("Waiting", 2),
+            ("Parent", 2),
+            ("Throttled", 1),
+        ],
         Scenario::SteadyLoad | Scenario::LostWorkers | Scenario::LateAndDuplicate => {
             &[("Plain", 3), ("Saga", 2)]
         }
-        Scenario::CrashStorm | Scenario::StorageFaults | Scenario::ClockJumps => {
-            &[("Plain", 2), ("Saga", 2), ("Waiting", 1), ("Parent", 1)]
-        }
+        Scenario::CrashStorm | Scenario::StorageFaults | Scenario::ClockJumps => &[
+            ("Plain", 2),
+            ("Saga", 2),
+            ("Waiting", 1),
+            ("Parent", 1),
+            ("Throttled", 1),
+        ],
         Scenario::CancelCompensation => &[("Saga", 4), ("Parent", 1)],
         Scenario::SignalsSleeps => &[("Waiting", 4), ("Plain", 1)],
         Scenario::ChildWorkflows => &[("Parent", 4), ("Plain", 1)],
@@ -245,6 +271,11 @@ pub fn pick(scenario: Scenario, rng: &mut SimRng, order: u64) -> (&'static str, 
             let parts: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
             json!({"order": format!("o{order}"), "amount": rng.between(1, 500), "parts": parts})
         }
+        "Throttled" => {
+            let n = rng.between(0, 5);
+            let items: Vec<u64> = (0..n).map(|_| rng.between(0, 1000)).collect();
+            json!({ "items": items })
+        }
         _ => json!({"n": rng.between(0, 1000)}),
     };
     (name, input)
@@ -256,6 +287,6 @@ mod tests {
     fn the_simulated_workflows_compile() {
         let defs = super::definitions();
         assert!(defs.is_ok(), "{defs:?}");
-        assert_eq!(defs.map(|d| d.len()).unwrap_or(0), 6);
+        assert_eq!(defs.map(|d| d.len()).unwrap_or(0), 7);
     }
 }

@@ -405,3 +405,91 @@ fn a_stale_failure_answered_accepted_breaks_invariant_4() {
     let v = check::tokens::check("x", &h, &[&stale], &reports).unwrap_err();
     assert_eq!(v.invariant, Invariant::WellFormed);
 }
+
+fn throttled_workflow() -> orbit_core::ir::Workflow {
+    workload::definitions()
+        .unwrap()
+        .into_iter()
+        .find(|d| d.workflow.name == "Throttled")
+        .unwrap()
+        .workflow
+}
+
+fn limits_of(events: &[Event]) -> Option<Invariant> {
+    check::history("x", events, Some(&throttled_workflow()))
+        .err()
+        .map(|v| v.invariant)
+}
+
+fn queue_timeout(step: &str) -> EventKind {
+    EventKind::StepFailed {
+        step: step.into(),
+        error: ErrorInfo {
+            code: "QUEUE_TIMEOUT".into(),
+            message: "no worker took the task within 4000ms".into(),
+            retryable: false,
+        },
+    }
+}
+
+/// [`history`] with each event's time given: `(at, kind)` pairs after the
+/// start events (at 1000).
+fn timed(kinds: Vec<(u64, EventKind)>) -> Vec<Event> {
+    let start = history(Vec::new()).into_iter().map(|e| (1000, e.kind));
+    start
+        .chain(kinds)
+        .enumerate()
+        .map(|(i, (at, kind))| Event {
+            seq: i as u64 + 1,
+            at,
+            kind,
+        })
+        .collect()
+}
+
+#[test]
+fn max_concurrency_holds_for_a_legal_fan_out_and_fails_for_a_third_element() {
+    let legal = history(vec![
+        scheduled("each[0]", 1, false),
+        scheduled("each[1]", 1, false),
+        dispatched("each[0]", 1, "t0"),
+        succeeded("each[0]", 1),
+        scheduled("each[2]", 1, false),
+    ]);
+    assert_eq!(limits_of(&legal), None);
+    let three = history(vec![
+        scheduled("each[0]", 1, false),
+        scheduled("each[1]", 1, false),
+        scheduled("each[2]", 1, false),
+    ]);
+    assert_eq!(limits_of(&three), Some(Invariant::WellFormed));
+}
+
+#[test]
+fn queue_timeout_only_strikes_an_undispatched_unit_after_its_time() {
+    let start = |at| (at, scheduled("each[0]", 1, false));
+    let legal = timed(vec![start(1000), (5000, queue_timeout("each[0]"))]);
+    assert_eq!(limits_of(&legal), None);
+    let early = timed(vec![start(1000), (4999, queue_timeout("each[0]"))]);
+    assert_eq!(limits_of(&early), Some(Invariant::WellFormed));
+    let after_dispatch = timed(vec![
+        start(1000),
+        (1100, dispatched("each[0]", 1, "t0")),
+        (
+            1200,
+            EventKind::StepAttemptFailed {
+                step: "each[0]".into(),
+                attempt: 1,
+                error: ErrorInfo {
+                    code: "BUSY".into(),
+                    message: String::new(),
+                    retryable: true,
+                },
+                retry_at: Some(1300),
+            },
+        ),
+        (1300, scheduled("each[0]", 2, false)),
+        (9000, queue_timeout("each[0]")),
+    ]);
+    assert_eq!(limits_of(&after_dispatch), Some(Invariant::WellFormed));
+}

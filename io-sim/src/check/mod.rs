@@ -6,6 +6,7 @@
 pub mod determinism;
 pub mod durability;
 pub mod keys;
+pub mod limits;
 pub mod liveness;
 pub mod saga;
 pub mod success;
@@ -168,6 +169,7 @@ pub fn history_under_steps(
     success::check(id, events)?;
     wellformed::check(id, events)?;
     if let Some(wf) = workflow {
+        limits::check(id, events, wf)?;
         saga::check(id, events, wf)?;
     }
     Ok(())
