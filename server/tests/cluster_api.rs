@@ -293,3 +293,46 @@ async fn a_standby_names_the_leader_and_clients_follow_it() {
     assert_eq!(status.leader_node_id.as_deref(), Some("beta"));
     assert_eq!(status.epoch, Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_the_database_steps_down_and_leads_again_with_a_new_epoch() {
+    let Some(db) = ScratchDatabase::create("cluster_outage").await else {
+        return;
+    };
+    let node = spawn(db.url(), "solo");
+    wait_ready(&node).await;
+    db.block_connections().await;
+    let lost = Instant::now();
+    // Within --node-timeout (3 s) plus a renewal period it is a standby.
+    loop {
+        let (status, body) = json(reqwest::Method::GET, &format!("{}/readyz", node.url)).await;
+        if status == 503 && body["error"]["code"] == "NOT_LEADER" {
+            assert_eq!(body["error"]["role"], "standby");
+            assert_eq!(body["error"]["leader"], Value::Null);
+            break;
+        }
+        assert!(
+            lost.elapsed() < Duration::from_secs(6),
+            "still leading {:?} after losing the database: {status} {body}",
+            lost.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        lost.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        lost.elapsed()
+    );
+    let (_, metrics) = get(&format!("{}/metrics", node.url)).await;
+    assert!(metrics.contains("orbit_cluster_leader 0"), "{metrics}");
+    db.allow_connections().await;
+    wait_ready(&node).await;
+    let status = Client::connect(&node.url).unwrap().cluster().await.unwrap();
+    assert_eq!(status.leader_node_id.as_deref(), Some("solo"));
+    assert_eq!(status.epoch, Some(2));
+    let (_, metrics) = get(&format!("{}/metrics", node.url)).await;
+    assert!(
+        metrics.contains("orbit_cluster_takeovers_total 2"),
+        "{metrics}"
+    );
+}
