@@ -338,6 +338,10 @@ async fn three_servers_survive_kills_and_a_paused_leader_with_every_order_charge
             nodes[next].name,
             killed.elapsed()
         );
+        let log = nodes[next].log_text();
+        if let Some(line) = log.lines().rev().find(|l| l.contains("leader at epoch")) {
+            eprintln!("  {line}");
+        }
         nodes[leader].start(db.url());
         leader = next;
     }
