@@ -4,5 +4,6 @@
 
 pub mod api;
 pub mod bench;
+pub mod cluster;
 pub mod sdk;
 pub mod ui;

@@ -235,7 +235,18 @@ impl EventLoop {
                     .collect()
             }
             Err(StorageError::Conflict { fenced, stale }) => {
-                self.failed("conflict");
+                // A conflict naming no execution refuses the writer itself
+                // (`--cluster`: its leader epoch was superseded): every batch
+                // fails, none goes back to be re-committed.
+                let writer_fenced = fenced.is_empty() && stale.is_empty();
+                self.failed(if writer_fenced {
+                    "fenced: this node is no longer the leader"
+                } else {
+                    "conflict"
+                });
+                if writer_fenced {
+                    return self.writer_fenced(batches);
+                }
                 let fenced: BTreeSet<String> = fenced.into_iter().collect();
                 let stale: BTreeSet<String> = stale.into_iter().collect();
                 let mut results = Vec::new();
@@ -281,6 +292,32 @@ impl EventLoop {
             let effects = self
                 .engine
                 .handle((self.clock)(), Input::Stored { batch, result });
+            self.execute(effects);
+        }
+    }
+
+    /// Fails every batch of a commit refused because this writer was fenced:
+    /// nothing of it was applied, and each execution in it is given up.
+    fn writer_fenced(&mut self, batches: Vec<Batch>) {
+        for b in batches {
+            let fenced: Vec<String> = b
+                .executions
+                .iter()
+                .map(|a| a.execution_id.clone())
+                .collect();
+            let result = StorageResult::Conflict {
+                message: "fenced: this node's leader epoch was superseded; nothing was written"
+                    .to_owned(),
+                fenced,
+                stale: Vec::new(),
+            };
+            let effects = self.engine.handle(
+                (self.clock)(),
+                Input::Stored {
+                    batch: b.id,
+                    result,
+                },
+            );
             self.execute(effects);
         }
     }

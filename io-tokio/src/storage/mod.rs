@@ -4,6 +4,7 @@
 //! with one of the outcomes of [`StorageError`] when it cannot.
 
 pub mod contract;
+pub mod lease;
 mod postgres;
 mod records;
 mod sqlite;

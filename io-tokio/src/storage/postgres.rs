@@ -5,6 +5,7 @@
 //! set-based statements (arrays bound with `UNNEST`), so the cost of a group
 //! commit does not grow with round trips per execution.
 
+use super::lease::LeaderFence;
 use super::records::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
@@ -16,6 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How to open a PostgreSQL store.
@@ -46,6 +48,8 @@ impl PostgresOptions {
 pub struct PostgresStore {
     writer: PgPool,
     readers: PgPool,
+    /// `--cluster`: the leadership term every commit checks.
+    fence: Option<Arc<LeaderFence>>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StorageError {
@@ -120,7 +124,20 @@ impl PostgresStore {
             .map_err(|e| StorageError::Unavailable(format!("migration failed: {e}")))?;
         let readers = pool_options(options.readers.max(1), options.acquire_timeout)
             .connect_lazy_with(connect);
-        Ok(PostgresStore { writer, readers })
+        Ok(PostgresStore {
+            writer,
+            readers,
+            fence: None,
+        })
+    }
+
+    /// The same database, every commit fenced by `fence` (checked in the
+    /// commit's own transaction; see [`LeaderFence`]).
+    pub fn fenced_by(&self, fence: Arc<LeaderFence>) -> PostgresStore {
+        PostgresStore {
+            fence: Some(fence),
+            ..self.clone()
+        }
     }
 
     /// Closes every connection.
@@ -653,6 +670,9 @@ impl Storage for PostgresStore {
         if tx.is_empty() {
             return Ok(());
         }
+        if self.fence.as_ref().is_some_and(|f| f.is_deposed()) {
+            return Err(LeaderFence::refusal());
+        }
         let mut conn = self.writer.acquire().await.map_err(unavailable)?;
         if let Err(e) = sqlx::query("BEGIN").execute(&mut *conn).await {
             // The writer pool does not test connections before handing them
@@ -660,7 +680,14 @@ impl Storage for PostgresStore {
             conn.detach();
             return Err(unavailable(e));
         }
-        match Self::apply(&mut conn, tx).await {
+        let applied = match &self.fence {
+            Some(fence) => match fence.check(&mut conn).await {
+                Ok(()) => Self::apply(&mut conn, tx).await,
+                Err(e) => Err(e),
+            },
+            None => Self::apply(&mut conn, tx).await,
+        };
+        match applied {
             Ok(()) => match sqlx::query("COMMIT").execute(&mut *conn).await {
                 Ok(_) => Ok(()),
                 Err(e) => {

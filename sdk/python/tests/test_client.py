@@ -102,6 +102,15 @@ def test_connection_errors_are_retried_then_raised() -> None:
         client.status("x")
 
 
+def test_a_followed_leader_that_is_gone_sends_the_client_back_home(server: Server) -> None:
+    # As if a NOT_LEADER answer had named a leader that died since.
+    with Client(server.url, attempts=2, backoff=0.01) as client:
+        client.server = "http://127.0.0.1:9"
+        with pytest.raises(UnknownExecution):
+            client.status("never-started")
+        assert client.server == server.url.rstrip("/")
+
+
 def test_async_client_signals_and_lists(server: Server) -> None:
 
     async def scenario() -> None:

@@ -11,11 +11,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::Error;
+use crate::failover::{split_urls, FailoverTransport};
 use crate::options::{ListOptions, StartOptions};
 use crate::retry::{retryable_status, Backoff};
-use crate::transport::{HttpRequest, HttpResponse, Method, ReqwestTransport, Transport};
+use crate::transport::{HttpRequest, HttpResponse, Method, Transport};
 use crate::wire::{
-    Deployed, Execution, ExecutionPage, HistoryPage, SignalAck, SourceFile, StartRequest, Started,
+    ClusterStatus, Deployed, Execution, ExecutionPage, HistoryPage, SignalAck, SourceFile,
+    StartRequest, Started,
 };
 
 /// The default server address.
@@ -44,10 +46,14 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client over HTTP to `server_url`.
+    /// A client over HTTP to `server_url`, or to several servers of a
+    /// `--cluster` given comma-separated (`http://a:7373,http://b:7373`):
+    /// `503 NOT_LEADER` answers are followed to the leader they name, and
+    /// the other servers are tried when one cannot be reached (see
+    /// [`FailoverTransport`]).
     pub fn connect(server_url: &str) -> Result<Self, Error> {
-        Ok(Client::with_transport(Arc::new(ReqwestTransport::new(
-            server_url,
+        Ok(Client::with_transport(Arc::new(FailoverTransport::new(
+            &split_urls(server_url),
         )?)))
     }
 
@@ -162,6 +168,12 @@ impl Client {
         request.timeout = Some(timeout + Duration::from_secs(15));
         let response = self.send_retrying(request).await?;
         decode(&response)
+    }
+
+    /// The cluster as its leader sees it (`GET /v1/cluster`): nodes, leader,
+    /// epoch and lease expiry; `mode: single` without `--cluster`.
+    pub async fn cluster(&self) -> Result<ClusterStatus, Error> {
+        self.read("/v1/cluster".into(), None).await
     }
 
     /// The execution's history after `after_seq` (all of it for `0`).

@@ -34,6 +34,7 @@
 
 mod client;
 mod error;
+mod failover;
 mod options;
 mod retry;
 mod transport;
@@ -42,13 +43,15 @@ mod worker;
 
 pub use client::{Client, DEFAULT_ATTEMPTS, DEFAULT_SERVER};
 pub use error::Error;
+pub use failover::{split_urls, FailoverTransport, DEFAULT_FAILOVER_WINDOW};
 pub use options::{ListOptions, StartOptions};
 pub use retry::{retryable_status, Backoff};
 pub use transport::{
     BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport, TransportError,
 };
 pub use wire::{
-    Deployed, Execution, ExecutionPage, ExecutionSummary, HistoryPage, Outcome, RecordedEvent,
-    Registered, ResultAck, SignalAck, SourceFile, Started, Status, Task, TaskError, UnitView,
+    ClusterNode, ClusterStatus, Deployed, Execution, ExecutionPage, ExecutionSummary, HistoryPage,
+    Outcome, RecordedEvent, Registered, ResultAck, SignalAck, SourceFile, Started, Status, Task,
+    TaskError, UnitView,
 };
 pub use worker::{Handler, Worker, WorkerBuilder};

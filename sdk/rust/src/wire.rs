@@ -126,7 +126,8 @@ pub struct ErrorDetail {
     /// Human-readable explanation; may change between versions.
     pub message: String,
     /// Extra members some codes carry: `diagnostics` (`COMPILE_ERROR`),
-    /// `leader` (`NOT_LEADER`).
+    /// `leader` (`NOT_LEADER`: the leader's advertised URL, or `null` while
+    /// no node holds the lease).
     #[serde(flatten)]
     #[cfg_attr(feature = "utoipa", schema(additional_properties = true))]
     pub details: Map<String, Value>,
@@ -871,6 +872,52 @@ pub struct ResultAck {
 pub struct Health {
     /// `ok` (healthz) or `ready` (readyz).
     pub status: String,
+    /// Under `--cluster`: this node's role, `leader` (`/readyz` answers 200
+    /// only there) or `standby`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+// ---------------------------------------------------------------- cluster
+
+/// `GET /v1/cluster`: the cluster as the leader sees it (a single server
+/// answers `mode: single` and no nodes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ClusterStatus {
+    /// `leader` (`--cluster`, leader/standby) or `single` (no `--cluster`).
+    pub mode: String,
+    /// The node that answered (`--node-id`); `null` on a single server.
+    pub node_id: Option<String>,
+    /// The leader's `--node-id`, when a node holds a live lease.
+    pub leader_node_id: Option<String>,
+    /// The leader's advertised URL (`--advertise`), when known.
+    pub leader: Option<String>,
+    /// The current leadership epoch (raised by one at every takeover).
+    pub epoch: Option<u64>,
+    /// When the leader's lease runs out unless renewed (RFC 3339, the
+    /// database's clock).
+    pub lease_expires_at: Option<String>,
+    /// Every node seen recently, by node id.
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node of [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ClusterNode {
+    /// Its `--node-id`.
+    pub node_id: String,
+    /// Its `--advertise` URL.
+    pub advertise: String,
+    /// The role it last reported: `leader` or `standby`.
+    pub role: String,
+    /// Whether it was in contact within `--node-timeout`.
+    pub live: bool,
+    /// Its last contact (RFC 3339, the database's clock).
+    pub last_seen: String,
+    /// When it started (RFC 3339).
+    pub started_at: String,
 }
 
 #[cfg(feature = "utoipa")]

@@ -21,10 +21,9 @@ use tokio::task::AbortHandle;
 
 use crate::client::segment;
 use crate::error::Error;
+use crate::failover::{split_urls, FailoverTransport};
 use crate::retry::{retryable_status, Backoff};
-use crate::transport::{
-    BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport, TransportError,
-};
+use crate::transport::{BoxFuture, HttpRequest, HttpResponse, Method, Transport, TransportError};
 use crate::wire::{
     HeartbeatAck, HeartbeatRequest, Outcome, PollRequest, Polled, RegisterRequest, ResultAck,
     Session, Task, TaskError,
@@ -128,9 +127,12 @@ impl WorkerBuilder {
         self
     }
 
-    /// A worker talking to `server_url` over HTTP.
+    /// A worker talking to `server_url` over HTTP, or to several servers
+    /// of a `--cluster` given comma-separated: it follows `503 NOT_LEADER`
+    /// to the leader and moves on when a server cannot be reached (see
+    /// [`crate::FailoverTransport`]).
     pub fn connect(self, server_url: &str) -> Result<Worker, Error> {
-        let transport = ReqwestTransport::new(server_url)?;
+        let transport = FailoverTransport::new(&split_urls(server_url))?;
         Ok(self.build(Arc::new(transport)))
     }
 

@@ -291,6 +291,7 @@ pub fn access(method: &Method, path: &str) -> Access {
         ["healthz"] | ["readyz"] | ["v1", "openapi.json"] if get => Access::Open,
         ["ui", ..] if get => Access::Open,
         ["v1", "workers"] if get => Access::Read,
+        ["v1", "cluster"] if get => Access::Read,
         ["v1", "definitions"] if post => Access::Deploy,
         ["v1", "definitions", ..] if get => Access::Read,
         ["v1", "executions"] if post => Access::Control,

@@ -15,13 +15,16 @@ use orbit_sdk::wire::Health;
 pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".to_owned(),
+        role: None,
     })
 }
 
 /// Recovered, and the store would take a write now.
 #[utoipa::path(get, path = "/readyz", tag = "health", security(()),
-    responses((status = 200, description = "ready: `{status: ready}`", body = Health),
-              (status = 503, description = "`NOT_READY`", body = orbit_sdk::wire::ErrorBody)))]
+    responses((status = 200, description = "ready: `{status: ready}` (under `--cluster`, only the \
+                  leader, with `role: leader`)", body = Health),
+              (status = 503, description = "`NOT_READY`, or `NOT_LEADER` with `role: standby` on a \
+                  `--cluster` standby", body = orbit_sdk::wire::ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     if !state.driver.is_ready() {
         return Err(ApiError::new(
@@ -39,6 +42,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     }
     Ok(Json(Health {
         status: "ready".to_owned(),
+        role: None,
     }))
 }
 

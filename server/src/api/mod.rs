@@ -5,6 +5,7 @@
 //! with `tower::ServiceExt::oneshot`.
 
 pub mod auth;
+mod cluster;
 mod definitions;
 pub mod error;
 mod executions;
@@ -111,6 +112,7 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         .route("/v1/executions/{id}/cancel", post(executions::cancel))
         .route("/v1/executions/{id}/wait", post(executions::wait))
         .route("/v1/whoami", get(whoami::whoami))
+        .route("/v1/cluster", get(cluster::status))
         .route("/v1/workers", post(workers::register).get(workers::list))
         .route("/v1/workers/{session}", delete(workers::unregister))
         .route("/v1/workers/{session}/poll", post(workers::poll))

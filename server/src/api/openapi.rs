@@ -5,7 +5,7 @@
 //! and served at `/v1/openapi.json`. Schemathesis checks the server
 //! against it in CI (`.ci/schemathesis.sh`).
 
-use super::{definitions, executions, health, history, whoami, workers};
+use super::{cluster, definitions, executions, health, history, whoami, workers};
 use orbit_sdk::wire;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
@@ -49,12 +49,15 @@ pub const BEARER: &str = "bearer";
         health::readyz,
         health::metrics,
         whoami::whoami,
+        cluster::status,
     ),
     components(schemas(
         wire::ErrorBody,
         wire::ErrorDetail,
         wire::Task,
         wire::Status,
+        wire::ClusterStatus,
+        wire::ClusterNode,
         whoami::Identity,
         whoami::Permissions
     )),
@@ -196,7 +199,9 @@ fn complete(path: &str, op: &mut Operation) {
             op,
             "503",
             "nothing was changed; retry later: `STORAGE_ERROR`, `SHUTTING_DOWN`, \
-             `IDEMPOTENCY_UNAVAILABLE`",
+             `IDEMPOTENCY_UNAVAILABLE`, or `NOT_LEADER` from a `--cluster` standby (its \
+             `error.leader` is the leader's advertised URL, or `null` during a takeover: \
+             send the request there)",
             None,
         );
     }

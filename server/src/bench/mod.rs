@@ -2,15 +2,16 @@
 //! a chain workflow, keeps a number of executions in flight, answers their
 //! tasks with real HTTP workers over loopback, and reports steps/s,
 //! executions/s and latency percentiles. It starts its own server in this
-//! process (over `--db`) or drives one at `--server URL`. The `recovery`
-//! and `sleepers` workloads run the server as a child process instead, to
-//! kill it and to read its memory.
+//! process (over `--db`) or drives one at `--server URL`. The `recovery`,
+//! `sleepers` and `takeover` workloads run servers as child processes
+//! instead, to kill them and to read their memory.
 
 mod load;
 pub mod process;
 pub mod recovery;
 pub mod report;
 pub mod sleepers;
+pub mod takeover;
 mod target;
 pub mod workload;
 

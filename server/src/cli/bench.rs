@@ -8,7 +8,7 @@
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config as EngineConfig;
 use orbit_io_tokio::driver;
-use orbit_server::bench::{self, recovery, sleepers, BenchError, Config};
+use orbit_server::bench::{self, recovery, sleepers, takeover, BenchError, Config};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,6 +24,10 @@ pub enum Workload {
     /// Executions asleep in `sleep 1h` (100,000 by default): the server's
     /// resident memory.
     Sleepers,
+    /// Three `orbit server --cluster` on one PostgreSQL (`--db`): the leader
+    /// killed with SIGKILL `--rounds` times; time until a standby accepts a
+    /// start (median, max).
+    Takeover,
 }
 
 /// `orbit bench` options.
@@ -78,6 +82,12 @@ pub struct Args {
     /// the killed run's held tasks are handed out again (500ms, 5s, 1m).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub session_timeout: Duration,
+    /// Takeover: leader kills to measure.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: u32,
+    /// Takeover: the servers' `--node-timeout`.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub node_timeout: Duration,
     /// Sleepers: do not kill and restart the server after measuring it.
     #[arg(long)]
     pub no_restart: bool,
@@ -102,7 +112,7 @@ pub fn run(args: Args) -> ExitCode {
         .try_init();
     if args.workload != Workload::Chain && args.server.is_some() {
         eprintln!(
-            "error: --server drives a running server; the recovery and sleepers workloads start their own"
+            "error: --server drives a running server; the recovery, sleepers and takeover workloads start their own"
         );
         return ExitCode::from(2);
     }
@@ -157,6 +167,22 @@ pub fn run(args: Args) -> ExitCode {
                 json,
                 |r| r.line(),
                 |r| r.errors == 0 && r.asleep == r.executions && r.sample_asleep == r.sampled,
+            )
+        }
+        Workload::Takeover => {
+            let config = takeover::Config {
+                db: args.db,
+                rounds: args.rounds,
+                node_timeout: args.node_timeout,
+                progress: !args.quiet,
+            };
+            let rounds = args.rounds as usize;
+            let result = runtime.block_on(takeover::run(&config));
+            finish(
+                result,
+                json,
+                |r| r.line(),
+                |r| r.takeover_ms.len() == rounds,
             )
         }
     }

@@ -21,7 +21,9 @@ pub const EXIT_TIMEOUT: u8 = 3;
 /// Options every client command takes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
-    /// The server's URL.
+    /// The server's URL; for a `--cluster`, several comma-separated (the
+    /// client follows `NOT_LEADER` to the leader and tries the others when
+    /// one cannot be reached).
     #[arg(long, env = "ORBIT_SERVER", default_value = DEFAULT_SERVER)]
     pub server: String,
     /// API token, sent as `Authorization: Bearer <token>`.

@@ -11,6 +11,7 @@ mod auth;
 mod bench;
 mod cancel;
 mod check;
+mod cluster;
 mod common;
 mod deploy;
 mod dev;
@@ -57,12 +58,15 @@ pub enum Command {
     Cancel(cancel::Args),
     /// Quick start: an embedded server, the example workers and a demo of the order example.
     Dev(dev::Args),
-    /// Run the ORBIT server (HTTP API + engine on an embedded SQLite file).
+    /// Run the ORBIT server (HTTP API + engine on an embedded SQLite file, or
+    /// PostgreSQL; `--cluster` for several servers on one PostgreSQL).
     Server(server::Args),
     /// Load-test a server: steps/s, executions/s and latency percentiles.
     Bench(bench::Args),
     /// API tokens for `--auth FILE` (`orbit auth hash-token`).
     Auth(auth::Args),
+    /// Look at a `--cluster` (`orbit cluster status`).
+    Cluster(cluster::Args),
 }
 
 /// Runs `command`, returning the process exit code.
@@ -81,5 +85,6 @@ pub fn dispatch(command: Command) -> ExitCode {
         Command::Server(args) => server::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Auth(args) => auth::run(args),
+        Command::Cluster(args) => cluster::run(args),
     }
 }

@@ -82,6 +82,65 @@ pub struct Args {
     /// (lines about an execution carry `execution_id`).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Run as one of several servers on the same PostgreSQL database: one
+    /// leader at a time holds a lease and serves the API; the others are
+    /// standbys that answer `503 NOT_LEADER` and take over when the lease
+    /// runs out. PostgreSQL only.
+    #[arg(long)]
+    pub cluster: bool,
+    /// How the servers of a cluster share the work: `leader` (one leader,
+    /// standbys) is the only mode of this version.
+    #[arg(long, value_enum, default_value_t = ClusterMode::Leader, requires = "cluster")]
+    pub cluster_mode: ClusterMode,
+    /// This server's id in the cluster (default: generated at start, stored
+    /// nowhere, printed).
+    #[arg(long, requires = "cluster", value_parser = parse_node_id)]
+    pub node_id: Option<String>,
+    /// The URL clients are sent to when this server leads (default:
+    /// `http://` and the `--listen` address).
+    #[arg(long, value_name = "URL", requires = "cluster", value_parser = parse_advertise)]
+    pub advertise: Option<String>,
+    /// Length of the leader's lease: a leader silent for longer is replaced,
+    /// and a leader that cannot reach the database for longer steps down.
+    /// Renewed every quarter of it.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, requires = "cluster")]
+    pub node_timeout: Duration,
+}
+
+/// `--cluster-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ClusterMode {
+    /// One leader serves; standbys wait to take over.
+    #[default]
+    Leader,
+    /// Every server executes workflows (not in this version: refused).
+    Shared,
+}
+
+fn parse_node_id(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 128
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err("1 to 128 characters of A-Z a-z 0-9 - _ . :".to_owned())
+    }
+}
+
+fn parse_advertise(text: &str) -> Result<String, String> {
+    let url = url_scheme_ok(text)?;
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
+fn url_scheme_ok(text: &str) -> Result<&str, String> {
+    let parsed = reqwest::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err("expected http://HOST:PORT or https://HOST:PORT".to_owned());
+    }
+    Ok(text)
 }
 
 /// `--log-format`.
@@ -168,6 +227,74 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Storage>, ServerError> {
     }
 }
 
+/// Whether `url` names a PostgreSQL database.
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres:") || url.starts_with("postgresql:")
+}
+
+/// Refuses flag combinations `--cluster` cannot run with.
+fn check_cluster(args: &Args) -> Result<(), ServerError> {
+    if !args.cluster {
+        return Ok(());
+    }
+    if args.cluster_mode == ClusterMode::Shared {
+        return Err(ServerError::Usage(
+            "--cluster-mode shared is not available in this version; \
+             use --cluster-mode leader (the default)"
+                .into(),
+        ));
+    }
+    if !is_postgres(&args.db) {
+        return Err(ServerError::Usage(format!(
+            "--cluster needs PostgreSQL: servers of a cluster share one PostgreSQL database \
+             (--db postgres://USER@HOST/DB); `{}` cannot be shared",
+            args.db
+        )));
+    }
+    if args.node_timeout < Duration::from_millis(100) {
+        return Err(ServerError::Usage(
+            "--node-timeout must be at least 100ms".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The driver's settings from the flags.
+fn driver_options(args: &Args) -> driver::Options {
+    driver::Options {
+        engine: Config {
+            session_timeout_ms: millis(args.session_timeout),
+            max_active_executions: args.max_active_executions,
+            idempotency_ttl_ms: millis(args.idempotency_ttl),
+            epoch: None,
+        },
+        commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
+        ..driver::Options::default()
+    }
+}
+
+/// Starts what runs beside a driver: the idempotency purge, the built-in
+/// task `orbit.http` and, with `--otlp-endpoint`, the trace export.
+fn spawn_chores(
+    driver: &Driver,
+    http_options: &builtin::HttpOptions,
+    otlp: Option<&str>,
+) -> Result<Vec<tokio::task::AbortHandle>, ServerError> {
+    let purge = tokio::spawn(purge_expired(driver.store().clone()));
+    let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
+    let http = builtin::spawn(driver.clone(), http_options.clone()).map_err(ServerError::Usage)?;
+    tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
+    if let Some(endpoint) = otlp {
+        orbit_io_tokio::telemetry::spawn(
+            driver,
+            orbit_io_tokio::telemetry::TraceOptions::new(endpoint),
+        )
+        .map_err(ServerError::Usage)?;
+        tracing::info!(%endpoint, "exporting trace spans (OTLP/HTTP protobuf)");
+    }
+    Ok(vec![purge.abort_handle(), http.abort_handle()])
+}
+
 /// Runs the server until a shutdown signal.
 pub async fn serve(args: Args) -> Result<(), ServerError> {
     if args.max_body == 0 {
@@ -178,6 +305,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
             "--session-timeout must be positive".into(),
         ));
     }
+    check_cluster(&args)?;
     let auth = match &args.auth {
         Some(path) => Some(Arc::new(
             AuthConfig::load(path).map_err(|e| ServerError::Usage(e.to_string()))?,
@@ -186,34 +314,6 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     };
     let addr = listen_addr(&args.listen, args.insecure || auth.is_some())?;
     let http_options = args.http_options()?;
-    let store = open_store(&args.db).await?;
-    let options = driver::Options {
-        engine: Config {
-            session_timeout_ms: millis(args.session_timeout),
-            max_active_executions: args.max_active_executions,
-            idempotency_ttl_ms: millis(args.idempotency_ttl),
-            epoch: None,
-        },
-        commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
-        ..driver::Options::default()
-    };
-    let driver = Driver::start(store, options).await?;
-    let state = AppState {
-        driver: driver.clone(),
-        max_body: args.max_body,
-    };
-    let purge = tokio::spawn(purge_expired(driver.store().clone()));
-    let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
-    let http = builtin::spawn(driver.clone(), http_options).map_err(ServerError::Usage)?;
-    tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
-    if let Some(endpoint) = &args.otlp_endpoint {
-        orbit_io_tokio::telemetry::spawn(
-            &driver,
-            orbit_io_tokio::telemetry::TraceOptions::new(endpoint),
-        )
-        .map_err(ServerError::Usage)?;
-        tracing::info!(%endpoint, "exporting trace spans (OTLP/HTTP protobuf)");
-    }
     if args.max_connections == 0 || args.header_timeout.is_zero() || args.body_timeout.is_zero() {
         return Err(ServerError::Usage(
             "--max-connections, --header-timeout and --body-timeout must be positive".into(),
@@ -228,6 +328,16 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         max_connections: args.max_connections,
         header_timeout: args.header_timeout,
     };
+    if args.cluster {
+        return serve_cluster(args, addr, http_options, api_options, connection_limits).await;
+    }
+    let store = open_store(&args.db).await?;
+    let driver = Driver::start(store, driver_options(&args)).await?;
+    let state = AppState {
+        driver: driver.clone(),
+        max_body: args.max_body,
+    };
+    let chores = spawn_chores(&driver, &http_options, args.otlp_endpoint.as_deref())?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
@@ -250,9 +360,88 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         },
     )
     .await;
-    purge.abort();
     driver.shutdown().await;
-    http.abort();
+    for chore in chores {
+        chore.abort();
+    }
+    Ok(())
+}
+
+/// `--cluster`: serves the node's front router while its supervisor runs
+/// the lease and, when this node leads, a driver.
+async fn serve_cluster(
+    args: Args,
+    addr: SocketAddr,
+    http_options: builtin::HttpOptions,
+    api_options: api::Options,
+    connection_limits: limits::ConnectionLimits,
+) -> Result<(), ServerError> {
+    use orbit_io_tokio::storage::lease::LeaseStore;
+    use orbit_server::cluster::{self, supervisor, Node, NodeConfig};
+    let pg = PostgresStore::open(&PostgresOptions::new(&args.db)).await?;
+    // Fail on a bad URL now, not at the first renewal.
+    let lease = LeaseStore::connect(&args.db, args.node_timeout / 4)?;
+    lease.read().await?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let config = NodeConfig {
+        node_id: args
+            .node_id
+            .clone()
+            .unwrap_or_else(cluster::generated_node_id),
+        advertise: args
+            .advertise
+            .clone()
+            .unwrap_or_else(|| cluster::advertise_from_listen(bound)),
+        node_timeout: args.node_timeout,
+    };
+    let node = Arc::new(Node::new(config.clone(), lease));
+    let otlp = args.otlp_endpoint.clone();
+    let chores: supervisor::Chores = Arc::new(move |driver: &Driver| {
+        match spawn_chores(driver, &http_options, otlp.as_deref()) {
+            Ok(handles) => handles,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the term's chores");
+                Vec::new()
+            }
+        }
+    });
+    let settings = supervisor::TermSettings {
+        store: pg,
+        driver: driver_options(&args),
+        api: api_options.clone(),
+        max_body: args.max_body,
+        chores,
+    };
+    tracing::info!(
+        node_id = %config.node_id,
+        advertise = %config.advertise,
+        node_timeout_ms = millis(config.node_timeout),
+        "orbit server (cluster, leader mode) listening on http://{bound}"
+    );
+    if args.log_format == LogFormat::Text {
+        eprintln!("orbit server listening on http://{bound}");
+        eprintln!(
+            "cluster node `{}` (leader mode), advertised as {}, --node-timeout {:?}",
+            config.node_id, config.advertise, config.node_timeout
+        );
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let supervisor = tokio::spawn(supervisor::run(node.clone(), settings, stop_rx));
+    let stop = stop_tx.clone();
+    limits::serve(
+        listener,
+        cluster::router::router(node, api_options.auth.is_some()),
+        connection_limits,
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            stop.send_replace(true);
+        },
+    )
+    .await;
+    stop_tx.send_replace(true);
+    let _ = supervisor.await;
     Ok(())
 }
 

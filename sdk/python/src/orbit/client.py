@@ -81,6 +81,9 @@ class _Base:
         backoff: float = DEFAULT_BACKOFF,
     ) -> None:
         self.server = server.rstrip("/")
+        #: The server configured; a followed leader that cannot be reached
+        #: any more sends the client back here.
+        self.home = self.server
         self.token = token
         self.timeout = timeout
         self.attempts = max(1, attempts)
@@ -100,6 +103,11 @@ class _Base:
             self.server = error.leader.rstrip("/")
             return True
         return False
+
+    def _unreachable(self) -> None:
+        """A connection failed: if it was to a leader a ``NOT_LEADER`` answer
+        named, go back to the configured server, which knows the next one."""
+        self.server = self.home
 
     def _delay(self, attempt: int) -> float:
         return float(self.backoff * (2 ** (attempt - 1)))
@@ -193,6 +201,7 @@ class Client(_Base):
                     timeout=call.timeout or self.timeout,
                 )
             except httpx.TransportError as e:
+                self._unreachable()
                 if attempt >= self.attempts:
                     raise TransportError(f"{call.method} {call.path}: {e}") from e
                 time.sleep(self._delay(attempt))
@@ -341,6 +350,7 @@ class AsyncClient(_Base):
                     timeout=call.timeout or self.timeout,
                 )
             except httpx.TransportError as e:
+                self._unreachable()
                 if attempt >= self.attempts:
                     raise TransportError(f"{call.method} {call.path}: {e}") from e
                 await asyncio.sleep(self._delay(attempt))

@@ -149,6 +149,9 @@ class Worker:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.server = server.rstrip("/")
+        #: The server configured; a followed leader that cannot be reached
+        #: any more sends the worker back here.
+        self.home = self.server
         self.worker_id = worker_id
         self.token = token
         self.max_tasks = max(1, max_tasks)
@@ -248,6 +251,9 @@ class Worker:
                 method, self.server + path, json=body, headers=self._headers(), timeout=timeout
             )
         except httpx.TransportError as e:
+            # A leader followed earlier may be gone: the configured server
+            # knows the next one.
+            self.server = self.home
             raise TransportError(f"{method} {path}: {e}") from e
         try:
             data: Any = r.json() if r.content else None

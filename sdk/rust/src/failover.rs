@@ -1,0 +1,255 @@
+//! Following the leader of a `--cluster`: a [`FailoverTransport`] sends to
+//! one of several server URLs. A `503 NOT_LEADER` answer that names the
+//! leader is sent again to that URL at once; while no leader is named
+//! (a takeover is under way) or a server cannot be reached, the other URLs
+//! are tried in turn, with a short backoff between rounds, until a server
+//! answers or the failover window has passed. The server that answered
+//! last is tried first next time, so a worker that was polling a node which
+//! lost the leadership moves to the new leader and stays there.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::retry::Backoff;
+use crate::transport::{
+    BoxFuture, HttpRequest, HttpResponse, ReqwestTransport, Transport, TransportError,
+};
+
+/// How long a request keeps looking for the leader by default.
+pub const DEFAULT_FAILOVER_WINDOW: Duration = Duration::from_secs(30);
+
+/// Most URLs learned from `NOT_LEADER` answers kept beside the configured ones.
+const MAX_LEARNED: usize = 16;
+
+/// Redirects followed in a row before a pause (two nodes naming each other
+/// while their views settle).
+const MAX_HOPS: u32 = 4;
+
+/// The pause between rounds over every URL.
+const ROUNDS: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    factor: 2.0,
+    max: Duration::from_secs(1),
+};
+
+struct Targets {
+    list: Vec<(String, ReqwestTransport)>,
+    current: usize,
+}
+
+/// A transport over several servers that follows `NOT_LEADER`. See the
+/// module docs.
+pub struct FailoverTransport {
+    targets: Mutex<Targets>,
+    configured: usize,
+    window: Duration,
+}
+
+impl std::fmt::Debug for FailoverTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailoverTransport")
+            .field("urls", &self.urls())
+            .field("window", &self.window)
+            .finish()
+    }
+}
+
+/// Splits a `--server` value into its URLs (comma-separated).
+pub fn split_urls(urls: &str) -> Vec<String> {
+    urls.split(',')
+        .map(|u| u.trim().trim_end_matches('/').to_owned())
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
+impl FailoverTransport {
+    /// A transport over `urls` (at least one), tried in this order.
+    pub fn new(urls: &[String]) -> Result<Self, TransportError> {
+        let mut list = Vec::new();
+        for url in urls {
+            let transport = ReqwestTransport::new(url)?;
+            if !list.iter().any(|(u, _)| u == transport.base_url()) {
+                list.push((transport.base_url().to_owned(), transport));
+            }
+        }
+        if list.is_empty() {
+            return Err(TransportError::Invalid("no server URL given".into()));
+        }
+        Ok(FailoverTransport {
+            configured: list.len(),
+            targets: Mutex::new(Targets { list, current: 0 }),
+            window: DEFAULT_FAILOVER_WINDOW,
+        })
+    }
+
+    /// Changes how long one request keeps looking for the leader.
+    pub fn with_failover_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The URLs known now: the configured ones, then those learned.
+    pub fn urls(&self) -> Vec<String> {
+        self.lock().list.iter().map(|(u, _)| u.clone()).collect()
+    }
+
+    /// The URL tried first.
+    pub fn current_url(&self) -> String {
+        let t = self.lock();
+        t.list[t.current].0.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Targets> {
+        match self.targets.lock() {
+            Ok(t) => t,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn pick(&self, index: usize) -> (usize, String, ReqwestTransport) {
+        let t = self.lock();
+        let i = index % t.list.len();
+        (i, t.list[i].0.clone(), t.list[i].1.clone())
+    }
+
+    fn len(&self) -> usize {
+        self.lock().list.len()
+    }
+
+    /// The index of `url`, learning it if new.
+    fn index_of(&self, url: &str) -> Option<usize> {
+        let url = url.trim_end_matches('/');
+        let mut t = self.lock();
+        if let Some(i) = t.list.iter().position(|(u, _)| u == url) {
+            return Some(i);
+        }
+        let transport = ReqwestTransport::new(url).ok()?;
+        if t.list.len() >= self.configured + MAX_LEARNED {
+            // Forget the oldest learned URL.
+            t.list.remove(self.configured);
+            t.current = 0;
+        }
+        t.list.push((url.to_owned(), transport));
+        Some(t.list.len() - 1)
+    }
+
+    fn answered(&self, index: usize) {
+        self.lock().current = index;
+    }
+
+    async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
+        let deadline = Instant::now() + self.window;
+        let start = self.lock().current;
+        let mut index = start;
+        let mut tried = 0usize;
+        let mut hops = 0u32;
+        let mut rounds = 0u32;
+        let mut clustered = false;
+        loop {
+            let (i, url, transport) = self.pick(index);
+            let outcome = transport.send(request.clone()).await;
+            match &outcome {
+                Ok(response) if is_not_leader(response) => {
+                    clustered = true;
+                    if let Some(leader) = leader_of(response) {
+                        if leader != url && hops < MAX_HOPS {
+                            if let Some(next) = self.index_of(&leader) {
+                                hops += 1;
+                                index = next;
+                                continue;
+                            }
+                        }
+                    }
+                }
+                Err(TransportError::Connect { .. }) if clustered || self.len() > 1 => {}
+                _ => {
+                    self.answered(i);
+                    return outcome;
+                }
+            }
+            if Instant::now() >= deadline {
+                return outcome;
+            }
+            index = i + 1;
+            tried += 1;
+            if tried >= self.len() {
+                tried = 0;
+                hops = 0;
+                rounds += 1;
+                let pause = ROUNDS
+                    .delay(rounds)
+                    .min(deadline.saturating_duration_since(Instant::now()));
+                tracing::debug!(?pause, "no ORBIT leader answered; trying again");
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
+}
+
+/// Whether `response` is a standby's `503 NOT_LEADER`.
+fn is_not_leader(response: &HttpResponse) -> bool {
+    response.status == 503 && error_field(response, "code").as_deref() == Some("NOT_LEADER")
+}
+
+/// The `leader` URL of a `NOT_LEADER` answer, when it names one.
+fn leader_of(response: &HttpResponse) -> Option<String> {
+    error_field(response, "leader").filter(|l| !l.is_empty())
+}
+
+fn error_field(response: &HttpResponse, name: &str) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_slice(&response.body).ok()?;
+    body.get("error")?.get(name)?.as_str().map(str::to_owned)
+}
+
+impl Transport for FailoverTransport {
+    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(self.exchange(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_split_on_commas() {
+        assert_eq!(
+            split_urls(" http://a:1/, http://b:2 ,,"),
+            vec!["http://a:1".to_owned(), "http://b:2".to_owned()]
+        );
+    }
+
+    #[test]
+    fn not_leader_answers_are_recognised() {
+        let answer = |status, body: &str| HttpResponse {
+            status,
+            headers: Vec::new(),
+            body: body.as_bytes().to_vec(),
+        };
+        let named = answer(
+            503,
+            r#"{"error":{"code":"NOT_LEADER","message":"m","leader":"http://b:2"}}"#,
+        );
+        assert!(is_not_leader(&named));
+        assert_eq!(leader_of(&named).as_deref(), Some("http://b:2"));
+        let unknown = answer(
+            503,
+            r#"{"error":{"code":"NOT_LEADER","message":"m","leader":null}}"#,
+        );
+        assert!(is_not_leader(&unknown));
+        assert_eq!(leader_of(&unknown), None);
+        assert!(!is_not_leader(&answer(
+            503,
+            r#"{"error":{"code":"STORAGE_ERROR","message":"m"}}"#
+        )));
+    }
+
+    #[test]
+    fn learned_urls_are_kept_once() {
+        let t = FailoverTransport::new(&["http://127.0.0.1:1".to_owned()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(t.index_of("http://127.0.0.1:2/"), Some(1));
+        assert_eq!(t.index_of("http://127.0.0.1:2"), Some(1));
+        assert_eq!(t.urls().len(), 2);
+    }
+}
