@@ -74,3 +74,14 @@ fn issue_11_hand_out_to_an_ended_session_swarm_seeds() {
 fn issue_11_failed_admission_write_swarm_seed() {
     passes(0x5c, Scenario::Swarm);
 }
+
+/// The stable-keys checker (not the engine, fixed with the limits checker
+/// of issue 11): a delivery of attempt 1 that reached its worker after the
+/// attempt had timed out and attempt 2 was scheduled was compared with
+/// attempt 2's scheduling, and reported as carrying the wrong attempt. A
+/// delivery is now judged against the scheduling before its own
+/// `StepDispatched`. Found by a 50,000-seed swarm exploration.
+#[test]
+fn a_late_delivery_is_judged_against_its_own_scheduling() {
+    passes(0x6ad414, Scenario::Swarm);
+}

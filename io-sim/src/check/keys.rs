@@ -12,7 +12,16 @@ use orbit_core::history::{Event, EventKind};
 /// Checks a task a worker received against the durable history of its
 /// execution.
 pub fn delivery(task: &Task, events: &[Event]) -> Result<(), Violation> {
-    let scheduled = events.iter().rev().find_map(|e| match &e.kind {
+    // The scheduling this delivery carries is the last one before its own
+    // `StepDispatched`: a delivery that reaches its worker late may find a
+    // newer attempt already scheduled. (A delivery whose dispatch is not in
+    // the history is invariant 2's to report; it is judged against the
+    // unit's latest scheduling here.)
+    let dispatched_at = events.iter().position(|e| {
+        matches!(&e.kind, EventKind::StepDispatched { token, .. } if *token == task.token)
+    });
+    let before = &events[..dispatched_at.unwrap_or(events.len())];
+    let scheduled = before.iter().rev().find_map(|e| match &e.kind {
         EventKind::StepScheduled {
             step,
             attempt,
