@@ -24,6 +24,7 @@ fn every_kind() -> Vec<EventKind> {
             definition_hash: "h".into(),
             input: json!({"n": 1}),
             parent: Some("p".into()),
+            traceparent: None,
         },
         EventKind::WorkflowStarted {},
         EventKind::StepFanOut {
