@@ -8,8 +8,9 @@
 //! (from `WorkflowCreated` to its end), one per step attempt (from
 //! `StepScheduled` to its success, failure or uncertainty, with a
 //! `dispatched` event, the attempt, redelivery, key, task and worker),
-//! compensations as attempts of their `compensate:` units, and a span per
-//! child step. Ids are derived from the execution id and the event's `seq`
+//! compensations as attempts of their `compensate:` units, a span per
+//! child step and one per sleep step (`TimerStarted` to `TimerFired`). Ids
+//! are derived from the execution id and the event's `seq`
 //! ([`orbit_core::trace`]), so a restarted server names the same spans the
 //! same way and the engine can hand each task the `traceparent` of its
 //! attempt's span. An execution started with a `traceparent` is in the
@@ -268,6 +269,7 @@ struct Exec {
     traceparent: Option<String>,
     attempts: HashMap<String, Attempt>,
     children: HashMap<String, (u64, Millis, String)>,
+    timers: HashMap<String, (u64, Millis)>,
     marks: Vec<span::Event>,
 }
 
@@ -431,6 +433,28 @@ impl Traces {
                                 kv("orbit.child_id", child),
                             ],
                             status,
+                            ..Default::default()
+                        });
+                    }
+                }
+                EventKind::TimerStarted { step, .. } => {
+                    x.timers.insert(step.clone(), (e.seq, e.at));
+                }
+                EventKind::TimerFired { step, .. } => {
+                    if let Some((seq, at)) = x.timers.remove(step) {
+                        out.push(Span {
+                            trace_id: trace_id.clone(),
+                            span_id: span_id(id, "timer", seq),
+                            parent_span_id: parent_span.clone(),
+                            name: step.clone(),
+                            kind: span::SpanKind::Internal as i32,
+                            start_time_unix_nano: nanos(at),
+                            end_time_unix_nano: nanos(e.at.max(at)),
+                            attributes: vec![
+                                kv("orbit.execution_id", id),
+                                kv("orbit.step", step.clone()),
+                                kv("orbit.sleep", true),
+                            ],
                             ..Default::default()
                         });
                     }
