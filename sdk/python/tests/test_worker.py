@@ -190,7 +190,8 @@ def test_a_task_carries_the_trace_context_of_its_attempt(server: Server) -> None
     assert cx is not None
     # The caller's trace; the parent is the attempt's span, not the caller's.
     assert cx.trace_id == "0af7651916cd43dd8448eb211c80319c"
-    assert len(cx.span_id) == 16 and cx.span_id != "b7ad6b7169203331"
+    assert len(cx.span_id) == 16
+    assert cx.span_id != "b7ad6b7169203331"
     assert cx.sampled
     assert ctx.traceparent == f"00-{cx.trace_id}-{cx.span_id}-01"
 

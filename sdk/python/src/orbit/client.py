@@ -134,9 +134,7 @@ class _Base:
             body["version"] = version
         if execution_id is not None:
             body["execution_id"] = execution_id
-        return _Call(
-            "POST", "/v1/executions", body, None, idempotency_key, traceparent=traceparent
-        )
+        return _Call("POST", "/v1/executions", body, None, idempotency_key, traceparent=traceparent)
 
     @staticmethod
     def _list_params(
