@@ -57,7 +57,10 @@ impl fmt::Display for TraceParent {
 }
 
 fn lower_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if !s
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return None;
     }
     hex::decode(s).ok()

@@ -604,7 +604,7 @@ mod tests {
     fn a_caller_traceparent_roots_the_execution_and_its_children() {
         const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         let caller = TraceParent::parse(CALLER).unwrap();
-        let mut with = |v: serde_json::Value| {
+        let with = |v: serde_json::Value| {
             let mut v = v;
             v["traceparent"] = json!(CALLER);
             v

@@ -237,7 +237,9 @@ fn output(task: &Task) -> Value {
 /// The worker's own span for `task`, a child of the span its
 /// `traceparent` names, POSTed to the collector as an SDK exporter would.
 async fn export_worker_span(http: &reqwest::Client, collector: &str, task: &Task, n: u64) {
-    let cx = task.trace_context().expect("every task carries a traceparent");
+    let cx = task
+        .trace_context()
+        .expect("every task carries a traceparent");
     assert!(cx.sampled());
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -288,9 +290,11 @@ async fn an_order_started_with_a_traceparent_is_one_tree_with_the_worker_spans()
         .await
         .unwrap();
     let client = Client::connect(&server.url).unwrap();
-    let source =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/order.orbit"))
-            .unwrap();
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/order.orbit"
+    ))
+    .unwrap();
     client
         .deploy(&[SourceFile {
             filename: "order.orbit".into(),

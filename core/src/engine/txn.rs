@@ -175,10 +175,7 @@ impl Engine {
                     self.push(txn, &id, kind);
                 }
                 // Children join their parent's trace.
-                let traceparent = txn
-                    .drafts
-                    .get(&id)
-                    .and_then(|d| d.proj.traceparent.clone());
+                let traceparent = txn.drafts.get(&id).and_then(|d| d.proj.traceparent.clone());
                 for start in decision.start_children {
                     if self.executions.contains_key(&start.child_id)
                         || txn.drafts.contains_key(&start.child_id)

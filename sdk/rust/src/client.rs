@@ -113,9 +113,7 @@ impl Client {
             input: options.input,
             execution_id: options.execution_id,
         };
-        let trace = options
-            .traceparent
-            .map(|t| ("traceparent".to_string(), t));
+        let trace = options.traceparent.map(|t| ("traceparent".to_string(), t));
         self.create(
             Method::Post,
             "/v1/executions".into(),

@@ -687,7 +687,10 @@ pub struct Task {
     /// (`00-<trace id>-<span id>-01`): start the handler's own span as its
     /// child and it joins the execution's trace. See [`Task::trace_context`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "utoipa", schema(example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    )]
     pub traceparent: Option<String>,
 }
 
