@@ -14,6 +14,7 @@ pub mod eval;
 pub mod history;
 pub mod ir;
 pub mod syntax;
+pub mod trace;
 
 pub use check::{compile, definition_hash, Compiled, Definition, Source};
 pub use diagnostic::Diagnostic;

@@ -86,7 +86,10 @@ fn session_timeout_redelivers_the_same_attempt() {
         serde_json::to_value(&t).unwrap(),
         json!({"token": t.token, "execution_id": "u-1", "workflow": "Plain", "workflow_version": "1.0.0",
                "step_id": "work", "task_name": "demo.work", "contract_version": "1.0.0", "input": {"n": 1},
-               "idempotency_key": "u-1/work", "attempt": 1, "redelivery": true})
+               "idempotency_key": "u-1/work", "attempt": 1, "redelivery": true,
+               // The seed's task plus its trace context: the redelivery's own
+               // attempt span (its StepScheduled is #6).
+               "traceparent": orbit_core::trace::task_traceparent("u-1", None, 6)})
     );
     assert_ne!(t.token, first.token);
     w.at(6_700);

@@ -160,6 +160,7 @@ fn keyed_start(key: &str) -> Request {
             key: key.into(),
             fingerprint: "fp-1".into(),
         }),
+        traceparent: None,
     })
 }
 

@@ -49,6 +49,7 @@ fn start(workflow: &str, version: Option<&str>, id: Option<&str>, input: Value) 
         input,
         execution_id: id.map(Into::into),
         idempotency: None,
+        traceparent: None,
     })
 }
 
@@ -129,6 +130,7 @@ fn requires_idempotency_key() {
             key: "k1".into(),
             fingerprint: "f1".into(),
         }),
+        traceparent: None,
     });
     assert_eq!(w.call(keyed).status, 201);
 }
@@ -147,6 +149,7 @@ fn idempotent_start_replays_and_refuses_another_body() {
                 key: "client/POST /v1/executions/k".into(),
                 fingerprint: fp.into(),
             }),
+            traceparent: None,
         })
     };
     let first = w.call(keyed("f1"));

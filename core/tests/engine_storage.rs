@@ -272,6 +272,7 @@ fn racing_requests_with_one_key_are_applied_once() {
                 key: "k".into(),
                 fingerprint: "f".into(),
             }),
+            traceparent: None,
         })
     };
     // Two requests fed before the store answers either: hold the first

@@ -131,6 +131,7 @@ fn run(executions: usize, concurrency: usize) -> usize {
             input: json!({"n": i}),
             execution_id: Some(format!("exec-{i:06}")),
             idempotency: None,
+            traceparent: None,
         }));
     };
     let mut started = 0;

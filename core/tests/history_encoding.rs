@@ -24,6 +24,7 @@ fn every_kind() -> Vec<EventKind> {
             definition_hash: "h".into(),
             input: json!({"n": 1}),
             parent: Some("p".into()),
+            traceparent: None,
         },
         EventKind::WorkflowStarted {},
         EventKind::StepFanOut {
@@ -185,4 +186,27 @@ fn optional_fields_default_when_absent() {
             retry_at: None
         }
     );
+}
+
+#[test]
+fn a_created_event_keeps_a_traceparent_and_loads_without_one() {
+    // Histories written before trace propagation have no `traceparent`.
+    let old = r#"{"seq":1,"at":0,"type":"WorkflowCreated","workflow":"W","version":"1.0.0","definition_hash":"h","input":{}}"#;
+    let e: Event = serde_json::from_str(old).unwrap();
+    assert!(matches!(
+        &e.kind,
+        EventKind::WorkflowCreated {
+            traceparent: None,
+            ..
+        }
+    ));
+    assert_eq!(serde_json::to_string(&e).unwrap(), old);
+    let with = r#"{"seq":1,"at":0,"type":"WorkflowCreated","workflow":"W","version":"1.0.0","definition_hash":"h","input":{},"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#;
+    let e: Event = serde_json::from_str(with).unwrap();
+    assert!(matches!(
+        &e.kind,
+        EventKind::WorkflowCreated { traceparent: Some(t), .. }
+            if t == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    ));
+    assert_eq!(serde_json::to_string(&e).unwrap(), with);
 }

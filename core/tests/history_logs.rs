@@ -58,6 +58,7 @@ fn seed_003_listing_verbatim() {
                 definition_hash: "h".into(),
                 input: json!({"n": 1}),
                 parent: None,
+                traceparent: None,
             },
         ),
         ev(2, t0, EventKind::WorkflowStarted {}),

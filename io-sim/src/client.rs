@@ -98,6 +98,7 @@ impl World {
                 idempotency: key
                     .as_ref()
                     .map(|k| scope(&cid, "/v1/executions", k, &body)),
+                traceparent: None,
             });
             let retry_safe = client_id.is_some() || key.is_some();
             let op = self.push_op(

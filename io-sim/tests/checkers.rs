@@ -53,6 +53,7 @@ fn history(kinds: Vec<EventKind>) -> Vec<Event> {
             definition_hash: "h".into(),
             input: json!({"n": 1}),
             parent: None,
+            traceparent: None,
         },
         EventKind::WorkflowStarted {},
     ];

@@ -8,9 +8,13 @@
 //! (from `WorkflowCreated` to its end), one per step attempt (from
 //! `StepScheduled` to its success, failure or uncertainty, with a
 //! `dispatched` event, the attempt, redelivery, key, task and worker),
-//! compensations as attempts of their `compensate:` units, and a span per
-//! child step. Ids are derived from the execution id and the event's `seq`,
-//! so a restarted server names the same spans the same way.
+//! compensations as attempts of their `compensate:` units, a span per
+//! child step and one per sleep step (`TimerStarted` to `TimerFired`). Ids
+//! are derived from the execution id and the event's `seq`
+//! ([`orbit_core::trace`]), so a restarted server names the same spans the
+//! same way and the engine can hand each task the `traceparent` of its
+//! attempt's span. An execution started with a `traceparent` is in the
+//! caller's trace, its span a child of the caller's span.
 //!
 //! Export is best effort: spans wait in a bounded queue; when it is full,
 //! when the follower falls behind the committed events, or when the
@@ -25,8 +29,8 @@ use opentelemetry_proto::tonic::trace::v1::{
     span, status, ResourceSpans, ScopeSpans, Span, Status,
 };
 use orbit_core::history::{Event, EventKind, Millis};
+use orbit_core::trace::{self, TraceParent};
 use prost::Message;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -226,28 +230,12 @@ impl From<bool> for Attr {
     }
 }
 
-fn hash(parts: &[&str]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0]);
-    }
-    h.finalize().into()
-}
-
-/// The trace of an execution: its top-level ancestor's.
-pub fn trace_id(execution_id: &str) -> Vec<u8> {
-    let root = execution_id.split('.').next().unwrap_or(execution_id);
-    hash(&["trace", root])[..16].to_vec()
-}
-
-/// The span of an execution.
-pub fn execution_span_id(execution_id: &str) -> Vec<u8> {
-    hash(&["execution", execution_id])[..8].to_vec()
+fn execution_span_id(execution_id: &str) -> Vec<u8> {
+    trace::execution_span_id(execution_id).to_vec()
 }
 
 fn span_id(execution_id: &str, kind: &str, seq: u64) -> Vec<u8> {
-    hash(&[kind, execution_id, &seq.to_string()])[..8].to_vec()
+    trace::event_span_id(execution_id, kind, seq).to_vec()
 }
 
 fn nanos(ms: Millis) -> u64 {
@@ -278,8 +266,10 @@ struct Exec {
     workflow: String,
     version: String,
     parent: Option<String>,
+    traceparent: Option<String>,
     attempts: HashMap<String, Attempt>,
     children: HashMap<String, (u64, Millis, String)>,
+    timers: HashMap<String, (u64, Millis)>,
     marks: Vec<span::Event>,
 }
 
@@ -302,6 +292,7 @@ impl Traces {
                 workflow,
                 version,
                 parent,
+                traceparent,
                 ..
             } = &e.kind
             {
@@ -312,6 +303,7 @@ impl Traces {
                         workflow: workflow.clone(),
                         version: version.clone(),
                         parent: parent.clone(),
+                        traceparent: traceparent.clone(),
                         ..Exec::default()
                     },
                 );
@@ -325,6 +317,7 @@ impl Traces {
                     ..Exec::default()
                 });
             let parent_span = execution_span_id(id);
+            let trace_id = trace::trace_id(id, x.traceparent.as_deref()).to_vec();
             let attempt_span =
                 |a: &Attempt, end: Millis, outcome: &str, status: Option<Status>, unit: &str| {
                     let mut attributes = vec![
@@ -348,7 +341,7 @@ impl Traces {
                         });
                     }
                     Span {
-                        trace_id: trace_id(id),
+                        trace_id: trace_id.clone(),
                         span_id: span_id(id, "attempt", a.seq),
                         parent_span_id: parent_span.clone(),
                         name: unit.to_owned(),
@@ -427,7 +420,7 @@ impl Traces {
                             _ => None,
                         };
                         out.push(Span {
-                            trace_id: trace_id(id),
+                            trace_id: trace_id.clone(),
                             span_id: span_id(id, "child", seq),
                             parent_span_id: parent_span.clone(),
                             name: format!("child {step}"),
@@ -440,6 +433,28 @@ impl Traces {
                                 kv("orbit.child_id", child),
                             ],
                             status,
+                            ..Default::default()
+                        });
+                    }
+                }
+                EventKind::TimerStarted { step, .. } => {
+                    x.timers.insert(step.clone(), (e.seq, e.at));
+                }
+                EventKind::TimerFired { step, .. } => {
+                    if let Some((seq, at)) = x.timers.remove(step) {
+                        out.push(Span {
+                            trace_id: trace_id.clone(),
+                            span_id: span_id(id, "timer", seq),
+                            parent_span_id: parent_span.clone(),
+                            name: step.clone(),
+                            kind: span::SpanKind::Internal as i32,
+                            start_time_unix_nano: nanos(at),
+                            end_time_unix_nano: nanos(e.at.max(at)),
+                            attributes: vec![
+                                kv("orbit.execution_id", id),
+                                kv("orbit.step", step.clone()),
+                                kv("orbit.sleep", true),
+                            ],
                             ..Default::default()
                         });
                     }
@@ -467,14 +482,21 @@ impl Traces {
                         _ => ("cancelled", None),
                     };
                     if let Some(x) = self.executions.remove(id) {
-                        out.push(Span {
-                            trace_id: trace_id(id),
-                            span_id: execution_span_id(id),
-                            parent_span_id: x
-                                .parent
+                        // A child's parent is its parent's execution span;
+                        // a top-level execution's, the caller's span.
+                        let parent_span_id = match &x.parent {
+                            Some(p) => execution_span_id(p),
+                            None => x
+                                .traceparent
                                 .as_deref()
-                                .map(execution_span_id)
+                                .and_then(TraceParent::parse)
+                                .map(|t| t.parent_id.to_vec())
                                 .unwrap_or_default(),
+                        };
+                        out.push(Span {
+                            trace_id: trace_id.clone(),
+                            span_id: execution_span_id(id),
+                            parent_span_id,
                             name: format!("execution {}", x.workflow),
                             kind: span::SpanKind::Internal as i32,
                             start_time_unix_nano: nanos(x.created_at),
@@ -527,7 +549,7 @@ mod tests {
             &[ev(2, 9, json!({"type": "WorkflowCompleted", "output": {}}))],
         );
         assert_eq!(kid.len(), 1);
-        assert_eq!(kid[0].trace_id, trace_id("p"));
+        assert_eq!(kid[0].trace_id, trace::trace_id("p", None).to_vec());
         assert_eq!(kid[0].parent_span_id, execution_span_id("p"));
         let spans = t.follow(
             "p",
@@ -576,5 +598,47 @@ mod tests {
         assert_eq!(spans[1].name, "execution W");
         assert!(spans[1].parent_span_id.is_empty());
         assert!(!t.knows("p"));
+    }
+
+    #[test]
+    fn a_caller_traceparent_roots_the_execution_and_its_children() {
+        const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let caller = TraceParent::parse(CALLER).unwrap();
+        let with = |v: serde_json::Value| {
+            let mut v = v;
+            v["traceparent"] = json!(CALLER);
+            v
+        };
+        let mut t = Traces::default();
+        t.follow("p", &[ev(1, 0, with(created(None)))]);
+        t.follow("p.kid", &[ev(1, 5, with(created(Some("p"))))]);
+        let kid = t.follow("p.kid", &[ev(2, 9, json!({"type": "WorkflowCancelled"}))]);
+        assert_eq!(kid[0].trace_id, caller.trace_id.to_vec());
+        assert_eq!(kid[0].parent_span_id, execution_span_id("p"));
+        let spans = t.follow(
+            "p",
+            &[
+                ev(
+                    2,
+                    10,
+                    json!({"type": "StepScheduled", "step": "charge", "attempt": 1,
+                    "redelivery": false, "input": {}, "idempotency_key": "k", "task": "pay",
+                    "contract_version": "1.0.0"}),
+                ),
+                ev(
+                    3,
+                    20,
+                    json!({"type": "StepSucceeded", "step": "charge", "attempt": 1, "output": {}}),
+                ),
+                ev(4, 30, json!({"type": "WorkflowCompleted", "output": {}})),
+            ],
+        );
+        assert_eq!(spans.len(), 2);
+        // The attempt's span is the parent the engine names in its task.
+        let task = TraceParent::parse(&trace::task_traceparent("p", Some(CALLER), 2)).unwrap();
+        assert_eq!(spans[0].span_id, task.parent_id.to_vec());
+        assert_eq!(spans[0].trace_id, caller.trace_id.to_vec());
+        assert_eq!(spans[1].trace_id, caller.trace_id.to_vec());
+        assert_eq!(spans[1].parent_span_id, caller.parent_id.to_vec());
     }
 }

@@ -135,6 +135,7 @@ fn start(id: &str) -> Request {
         input: json!({"n": 1}),
         execution_id: Some(id.into()),
         idempotency: None,
+        traceparent: None,
     })
 }
 

@@ -72,6 +72,7 @@ fn task(input: Value) -> Task {
         idempotency_key: "e/call".into(),
         attempt: 1,
         redelivery: false,
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
     }
 }
 
@@ -111,6 +112,10 @@ async fn a_json_answer_is_parsed_and_the_key_is_sent() {
     assert!(request.contains("idempotency-key: e/call"), "{request}");
     assert!(!request.contains("mine"), "{request}");
     assert!(request.contains("x-b: 2"), "{request}");
+    assert!(
+        request.contains("traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        "the attempt's trace context goes along: {request}"
+    );
     assert!(
         request.contains("content-type: application/json"),
         "{request}"

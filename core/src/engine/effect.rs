@@ -99,4 +99,7 @@ pub struct Task {
     pub attempt: u32,
     /// True for a redelivery of an uncertain attempt.
     pub redelivery: bool,
+    /// W3C trace context naming the attempt's span as parent, so a worker's
+    /// own spans join the execution's trace ([`crate::trace`]).
+    pub traceparent: String,
 }

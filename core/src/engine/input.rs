@@ -217,6 +217,9 @@ pub struct Start {
     pub execution_id: Option<String>,
     /// Optional idempotency scope.
     pub idempotency: Option<IdempotencyScope>,
+    /// The request's W3C `traceparent` header; kept on the execution when
+    /// valid, ignored otherwise.
+    pub traceparent: Option<String>,
 }
 
 /// Filters of a list request.

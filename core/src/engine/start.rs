@@ -10,6 +10,7 @@ use super::txn::Txn;
 use super::Engine;
 use crate::eval::check_value;
 use crate::history::EventKind;
+use crate::trace::TraceParent;
 use serde_json::json;
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -158,6 +159,11 @@ impl Engine {
                 definition_hash: def.definition_hash.clone(),
                 input,
                 parent: None,
+                traceparent: start
+                    .traceparent
+                    .as_deref()
+                    .and_then(TraceParent::parse)
+                    .map(|t| t.to_string()),
             },
         );
         if self.can_admit(&def.workflow) && !self.pending_ahead(&def.workflow) {

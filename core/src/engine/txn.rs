@@ -174,6 +174,8 @@ impl Engine {
                 for kind in decision.events {
                     self.push(txn, &id, kind);
                 }
+                // Children join their parent's trace.
+                let traceparent = txn.drafts.get(&id).and_then(|d| d.proj.traceparent.clone());
                 for start in decision.start_children {
                     if self.executions.contains_key(&start.child_id)
                         || txn.drafts.contains_key(&start.child_id)
@@ -213,6 +215,7 @@ impl Engine {
                             definition_hash: def.definition_hash.clone(),
                             input: start.input,
                             parent: Some(id.clone()),
+                            traceparent: traceparent.clone(),
                         },
                     );
                     self.push(txn, &start.child_id, EventKind::WorkflowStarted {});

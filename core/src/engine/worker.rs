@@ -328,6 +328,11 @@ impl Engine {
             idempotency_key: u.idempotency_key.clone(),
             attempt: u.attempt,
             redelivery: u.redelivery,
+            traceparent: crate::trace::task_traceparent(
+                exec_id,
+                d.proj.traceparent.as_deref(),
+                u.scheduled_seq,
+            ),
         };
         let seq = self.push(
             txn,

@@ -87,6 +87,11 @@ pub enum EventKind {
         /// The parent execution id, for a child execution.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent: Option<String>,
+        /// The W3C `traceparent` of the start request, when it carried a
+        /// valid one (normalized); a child inherits its parent's. Absent in
+        /// histories written before it existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// The execution was admitted and runs.
     WorkflowStarted {},

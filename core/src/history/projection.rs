@@ -85,6 +85,8 @@ pub struct Projection {
     pub input: Arc<serde_json::Value>,
     /// Parent execution id.
     pub parent: Option<String>,
+    /// The caller's W3C `traceparent` (`WorkflowCreated`), if any.
+    pub traceparent: Option<String>,
     /// Current status (`Pending` before `WorkflowCreated` too).
     pub status: Status,
     /// Time of the first event.
@@ -220,6 +222,7 @@ impl Projection {
             input: Arc::new(serde_json::Value::Null),
             idempotency_key: String::new(),
             first_scheduled_at: at,
+            scheduled_seq: 0,
             dispatched: false,
             state: UnitState::Idle,
             dispatches: BTreeMap::new(),
@@ -316,12 +319,14 @@ impl Projection {
                 definition_hash,
                 input,
                 parent,
+                traceparent,
             } => {
                 self.workflow = workflow.clone();
                 self.version = version.clone();
                 self.definition_hash = definition_hash.clone();
                 self.input = Arc::new(input.clone());
                 self.parent = parent.clone();
+                self.traceparent = traceparent.clone();
                 self.status = Status::Pending;
             }
             EventKind::WorkflowStarted {} => {
@@ -348,6 +353,7 @@ impl Projection {
                     u.first_scheduled_at = at;
                 }
                 u.attempt = *attempt;
+                u.scheduled_seq = event.seq;
                 u.redelivery = *redelivery;
                 if *u.input != *input {
                     u.input = Arc::new(input.clone());

@@ -146,6 +146,8 @@ pub struct Unit {
     pub idempotency_key: String,
     /// Time of the first `StepScheduled`.
     pub first_scheduled_at: Millis,
+    /// Seq of the latest `StepScheduled` (it names the attempt's span).
+    pub scheduled_seq: u64,
     /// True once any delivery left the server.
     pub dispatched: bool,
     /// Where it is.

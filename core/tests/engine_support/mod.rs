@@ -303,6 +303,7 @@ impl World {
             input,
             execution_id: Some(id.into()),
             idempotency: None,
+            traceparent: None,
         }))
     }
 

@@ -86,6 +86,7 @@ pub async fn perform(client: &reqwest::Client, options: &HttpOptions, task: &Tas
     };
     let mut request = client.request(method, url).timeout(timeout);
     let mut content_type = None;
+    let mut own_traceparent = false;
     match input.get("headers") {
         None | Some(Value::Null) => {}
         Some(Value::Object(headers)) => {
@@ -102,6 +103,7 @@ pub async fn perform(client: &reqwest::Client, options: &HttpOptions, task: &Tas
                 if n == reqwest::header::CONTENT_TYPE {
                     content_type = Some(value.to_ascii_lowercase());
                 }
+                own_traceparent |= n.as_str() == "traceparent";
                 if n.as_str() != "idempotency-key" {
                     request = request.header(n, v);
                 }
@@ -110,6 +112,11 @@ pub async fn perform(client: &reqwest::Client, options: &HttpOptions, task: &Tas
         Some(_) => return invalid("`headers` must be an object of strings"),
     }
     request = request.header("Idempotency-Key", &task.idempotency_key);
+    // The endpoint's own spans join the trace as children of the attempt,
+    // unless the step sends a trace context of its own.
+    if !own_traceparent && !task.traceparent.is_empty() {
+        request = request.header("traceparent", &task.traceparent);
+    }
     match input.get("body") {
         None | Some(Value::Null) => {}
         // A string sent with a content type of its own goes as it is.

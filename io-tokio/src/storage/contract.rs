@@ -68,6 +68,7 @@ pub fn events(first: u64, last: u64) -> Vec<Event> {
                     definition_hash: "h".to_owned(),
                     input: json!({"n": 1}),
                     parent: None,
+                    traceparent: None,
                 }
             } else {
                 EventKind::SignalReceived {

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from conftest import PLAIN, SAGA, Server
 
-from orbit import AsyncClient, Cancelled, TaskContext, TaskError, Worker
+from orbit import AsyncClient, Cancelled, TaskContext, TaskError, TraceContext, Worker
 
 
 async def run_until(worker: Worker, done: Any) -> Any:
@@ -160,3 +160,52 @@ def test_cancel_reaches_a_held_task(server: Server) -> None:
             assert stopped == [True]
 
     asyncio.run(scenario())
+
+
+CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_task_carries_the_trace_context_of_its_attempt(server: Server) -> None:
+    seen: list[TaskContext] = []
+
+    async def scenario() -> None:
+        async with AsyncClient(server.url) as client:
+            await client.deploy({"plain.orbit": PLAIN})
+            await client.start("Plain", {"n": 2}, execution_id="tr-1", traceparent=CALLER)
+            worker = Worker(server.url, worker_id="tracer", poll_wait=1.0)
+
+            @worker.task("demo.work")
+            async def work(ctx: TaskContext) -> dict[str, int]:
+                seen.append(ctx)
+                return {"doubled": 2 * int(ctx.input["n"])}
+
+            execution = await run_until(worker, client.wait("tr-1", timeout=30))
+            assert execution.status == "completed", execution
+
+    asyncio.run(scenario())
+    assert len(seen) == 1
+    ctx = seen[0]
+    assert ctx.traceparent is not None
+    cx = ctx.trace_context
+    assert cx is not None
+    # The caller's trace; the parent is the attempt's span, not the caller's.
+    assert cx.trace_id == "0af7651916cd43dd8448eb211c80319c"
+    assert len(cx.span_id) == 16
+    assert cx.span_id != "b7ad6b7169203331"
+    assert cx.sampled
+    assert ctx.traceparent == f"00-{cx.trace_id}-{cx.span_id}-01"
+
+
+def test_trace_context_parsing() -> None:
+    assert TraceContext.parse(CALLER) == TraceContext(
+        "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", 1
+    )
+    for bad in (
+        "",
+        CALLER.upper(),
+        "01" + CALLER[2:],
+        "00-" + "0" * 32 + "-b7ad6b7169203331-01",
+        "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01",
+        CALLER + "-00",
+    ):
+        assert TraceContext.parse(bad) is None, bad

@@ -106,6 +106,7 @@ impl Client {
             "/v1/definitions".into(),
             &body,
             idempotency_key,
+            Vec::new(),
         )
         .await
     }
@@ -118,11 +119,13 @@ impl Client {
             input: options.input,
             execution_id: options.execution_id,
         };
+        let trace = options.traceparent.map(|t| ("traceparent".to_string(), t));
         self.create(
             Method::Post,
             "/v1/executions".into(),
             &body,
             options.idempotency_key,
+            trace.into_iter().collect(),
         )
         .await
     }
@@ -199,7 +202,7 @@ impl Client {
             segment(name)
         );
         let body = json!({ "payload": payload });
-        self.create(Method::Post, path, &body, idempotency_key)
+        self.create(Method::Post, path, &body, idempotency_key, Vec::new())
             .await
     }
 
@@ -216,7 +219,7 @@ impl Client {
             None => json!({}),
         };
         let _: Value = self
-            .create(Method::Post, path, &body, idempotency_key)
+            .create(Method::Post, path, &body, idempotency_key, Vec::new())
             .await?;
         Ok(())
     }
@@ -250,6 +253,7 @@ impl Client {
         path: String,
         body: &B,
         idempotency_key: Option<String>,
+        headers: Vec<(String, String)>,
     ) -> Result<T, Error> {
         let key = match idempotency_key {
             Some(k) if !k.is_empty() => k,
@@ -257,6 +261,7 @@ impl Client {
         };
         let mut request = self.request(method, path);
         request.headers.push(("idempotency-key".into(), key));
+        request.headers.extend(headers);
         request.body =
             Some(serde_json::to_vec(body).map_err(|e| Error::InvalidArgument(e.to_string()))?);
         let response = self.send_retrying(request).await?;

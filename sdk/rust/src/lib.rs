@@ -10,6 +10,10 @@
 //! depends on reqwest, serde and tokio (plus small helpers: serde_json,
 //! thiserror, tracing, uuid), not on the server.
 //!
+//! Every task carries the trace context of its attempt
+//! ([`Task::trace_context`]): a handler that runs its own OpenTelemetry SDK
+//! starts its span under it and joins the execution's trace.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), orbit_sdk::Error> {
 //! use orbit_sdk::{Client, StartOptions, Worker};
@@ -37,6 +41,7 @@ mod error;
 mod failover;
 mod options;
 mod retry;
+mod trace;
 mod transport;
 pub mod wire;
 mod worker;
@@ -46,6 +51,7 @@ pub use error::Error;
 pub use failover::{split_urls, FailoverTransport, DEFAULT_FAILOVER_WINDOW};
 pub use options::{ListOptions, StartOptions};
 pub use retry::{retryable_status, Backoff};
+pub use trace::TraceContext;
 pub use transport::{
     BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport, TransportError,
 };

@@ -18,6 +18,10 @@ pub struct StartOptions {
     pub execution_id: Option<String>,
     /// The `Idempotency-Key`; generated (UUIDv4) when none.
     pub idempotency_key: Option<String>,
+    /// The caller's W3C trace context (`traceparent` header): the
+    /// execution's spans, and its workers' tasks, join that trace. The server
+    /// ignores an invalid one.
+    pub traceparent: Option<String>,
 }
 
 impl StartOptions {

@@ -684,6 +684,15 @@ pub struct Task {
     pub attempt: u32,
     /// True when this attempt was delivered before and its outcome is unknown.
     pub redelivery: bool,
+    /// W3C trace context naming this attempt's span as parent
+    /// (`00-<trace id>-<span id>-01`): start the handler's own span as its
+    /// child and it joins the execution's trace. See [`Task::trace_context`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "utoipa",
+        schema(example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    )]
+    pub traceparent: Option<String>,
 }
 
 /// The answer to a poll.

@@ -6,6 +6,7 @@ use super::idempotency::Scope;
 use super::reply::respond;
 use super::AppState;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use orbit_core::engine::{ListFilter, Request, Start};
 use orbit_core::history::Status;
@@ -14,10 +15,14 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::IntoParams;
 
+/// The W3C trace context header a start may carry.
+pub const TRACEPARENT: &str = "traceparent";
+
 pub use orbit_sdk::wire::{CANCEL_REASON_MAX, WAIT_TIMEOUT_MS_DEFAULT, WAIT_TIMEOUT_MS_MAX};
 
 /// Starts an execution: `201` created, `200` for an existing id.
 #[utoipa::path(post, path = "/v1/executions", tag = "executions", request_body = StartRequest,
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context of the caller (`00-<trace id>-<parent span id>-<flags>`). A valid one is kept with the execution: its spans and its workers' tasks join the caller's trace. An invalid one is ignored, not refused.")),
     responses((status = 201, description = "created", body = wire::Started),
               (status = 200, description = "an execution with this `execution_id` already exists for the same workflow (and version, if named): `created: false`", body = wire::Started),
               (status = 400, description = "`INPUT_CONTRACT_VIOLATION`, `INVALID_EXECUTION_ID`, `IDEMPOTENCY_KEY_REQUIRED`, or a malformed request", body = wire::ErrorBody),
@@ -26,6 +31,7 @@ pub use orbit_sdk::wire::{CANCEL_REASON_MAX, WAIT_TIMEOUT_MS_DEFAULT, WAIT_TIMEO
 pub async fn start(
     State(state): State<AppState>,
     Scope(idempotency): Scope,
+    headers: HeaderMap,
     Json(body): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
     check_name("workflow", &body.workflow, wire::NAME_MAX)?;
@@ -38,8 +44,20 @@ pub async fn start(
         input: body.input,
         execution_id: body.execution_id,
         idempotency,
+        traceparent: traceparent(&headers),
     });
     Ok(respond(state.driver.call(request).await))
+}
+
+/// The request's one `traceparent` header as text (the engine keeps it when
+/// it is valid W3C trace context; a repeated or non-text header is ignored,
+/// as W3C says an invalid one is).
+fn traceparent(headers: &HeaderMap) -> Option<String> {
+    let mut values = headers.get_all(TRACEPARENT).iter();
+    match (values.next(), values.next()) {
+        (Some(v), None) => v.to_str().ok().map(str::to_owned),
+        _ => None,
+    }
 }
 
 /// A name in a body: 1 to `max` characters, no control characters.

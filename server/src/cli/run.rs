@@ -56,6 +56,7 @@ async fn start(args: &Args) -> Outcome {
             version: args.version.clone(),
             execution_id: args.id.clone(),
             idempotency_key: args.idempotency_key.clone(),
+            traceparent: None,
         })
         .await?;
     if !args.wait {

@@ -27,7 +27,7 @@ from .errors import (
     UnknownSession,
     UnknownWorkflow,
 )
-from .types import Event, Execution, ExecutionPage, Started, Task
+from .types import Event, Execution, ExecutionPage, Started, Task, TraceContext
 from .worker import Cancelled, TaskContext, TaskError, Worker
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "Task",
     "TaskContext",
     "TaskError",
+    "TraceContext",
     "TransportError",
     "Unauthenticated",
     "Unavailable",

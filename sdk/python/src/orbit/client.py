@@ -48,6 +48,7 @@ class _Call:
     params: dict[str, Any] | None = None
     idempotency_key: str | None = None
     timeout: float | None = None
+    traceparent: str | None = None
 
 
 @dataclass
@@ -95,6 +96,8 @@ class _Base:
             headers["authorization"] = f"Bearer {self.token}"
         if call.idempotency_key is not None:
             headers["idempotency-key"] = call.idempotency_key
+        if call.traceparent is not None:
+            headers["traceparent"] = call.traceparent
         return headers
 
     def _follow(self, error: ApiError) -> bool:
@@ -132,13 +135,14 @@ class _Base:
         version: str | None,
         execution_id: str | None,
         idempotency_key: str | None,
+        traceparent: str | None,
     ) -> _Call:
         body: dict[str, Any] = {"workflow": workflow, "input": input}
         if version is not None:
             body["version"] = version
         if execution_id is not None:
             body["execution_id"] = execution_id
-        return _Call("POST", "/v1/executions", body, None, idempotency_key)
+        return _Call("POST", "/v1/executions", body, None, idempotency_key, traceparent=traceparent)
 
     @staticmethod
     def _list_params(
@@ -240,9 +244,14 @@ class Client(_Base):
         version: str | None = None,
         execution_id: str | None = None,
         idempotency_key: str | None = None,
+        traceparent: str | None = None,
     ) -> Started:
-        """Starts an execution; with ``execution_id`` a repeated start returns the existing one."""
-        call = self._start_call(workflow, input, version, execution_id, idempotency_key)
+        """Starts an execution; with ``execution_id`` a repeated start returns the existing one.
+        ``traceparent`` (W3C trace context) puts the execution's spans and its tasks in the
+        caller's trace; the server ignores an invalid one."""
+        call = self._start_call(
+            workflow, input, version, execution_id, idempotency_key, traceparent
+        )
         answer = self._send(call, creating=True)
         return Started(answer.body["execution_id"], bool(answer.body["created"]), answer.replayed)
 
@@ -387,8 +396,11 @@ class AsyncClient(_Base):
         version: str | None = None,
         execution_id: str | None = None,
         idempotency_key: str | None = None,
+        traceparent: str | None = None,
     ) -> Started:
-        call = self._start_call(workflow, input, version, execution_id, idempotency_key)
+        call = self._start_call(
+            workflow, input, version, execution_id, idempotency_key, traceparent
+        )
         answer = await self._send(call, creating=True)
         return Started(answer.body["execution_id"], bool(answer.body["created"]), answer.replayed)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,9 @@ class Task:
     idempotency_key: str
     attempt: int
     redelivery: bool
+    #: W3C trace context naming this attempt's span as parent; None from servers
+    #: before trace propagation.
+    traceparent: str | None = None
 
     @staticmethod
     def from_json(v: dict[str, Any]) -> Task:
@@ -110,4 +114,36 @@ class Task:
             idempotency_key=str(v.get("idempotency_key", "")),
             attempt=int(v.get("attempt", 1)),
             redelivery=bool(v.get("redelivery", False)),
+            traceparent=v["traceparent"] if isinstance(v.get("traceparent"), str) else None,
         )
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """A parsed W3C ``traceparent`` (version ``00``): the trace and the parent span a
+    handler's own span should join."""
+
+    #: 32 lower-case hex digits.
+    trace_id: str
+    #: The parent span (the attempt's): 16 lower-case hex digits.
+    span_id: str
+    flags: int
+
+    @property
+    def sampled(self) -> bool:
+        return self.flags & 1 == 1
+
+    @staticmethod
+    def parse(text: str) -> TraceContext | None:
+        """The trace context in ``text``, or None when it is not valid W3C trace context
+        of version ``00`` (lower-case hex, ids not all zero)."""
+        parts = text.strip().split("-")
+        if len(parts) != 4 or parts[0] != "00":
+            return None
+        _, trace, span, flags = parts
+        for value, size in ((trace, 32), (span, 16), (flags, 2)):
+            if len(value) != size or not set(value) <= _HEX:
+                return None
+        if set(trace) == {"0"} or set(span) == {"0"}:
+            return None
+        return TraceContext(trace_id=trace, span_id=span, flags=int(flags, 16))

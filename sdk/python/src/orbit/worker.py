@@ -37,7 +37,7 @@ from .errors import (
     UnknownSession,
     error_from_answer,
 )
-from .types import Task
+from .types import Task, TraceContext
 
 log = logging.getLogger("orbit.worker")
 
@@ -108,6 +108,20 @@ class TaskContext:
     @property
     def task_name(self) -> str:
         return self.task.task_name
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C ``traceparent`` of this attempt's span, as the server sent it. Start
+        the handler's own span with it as parent (for example with OpenTelemetry's
+        ``TraceContextTextMapPropagator().extract({"traceparent": ctx.traceparent})``)
+        and it joins the execution's trace."""
+        return self.task.traceparent
+
+    @property
+    def trace_context(self) -> TraceContext | None:
+        """:attr:`traceparent` parsed; None when absent or invalid."""
+        tp = self.task.traceparent
+        return TraceContext.parse(tp) if tp is not None else None
 
     @property
     def cancelled(self) -> bool:
