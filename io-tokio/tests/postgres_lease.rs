@@ -174,6 +174,7 @@ fn start(id: &str) -> Request {
         input: serde_json::json!({"n": 1}),
         execution_id: Some(id.into()),
         idempotency: None,
+        traceparent: None,
     })
 }
 
