@@ -17,9 +17,9 @@ pub fn delivery(task: &Task, events: &[Event]) -> Result<(), Violation> {
     // newer attempt already scheduled. (A delivery whose dispatch is not in
     // the history is invariant 2's to report; it is judged against the
     // unit's latest scheduling here.)
-    let dispatched_at = events.iter().position(|e| {
-        matches!(&e.kind, EventKind::StepDispatched { token, .. } if *token == task.token)
-    });
+    let dispatched_at = events.iter().position(
+        |e| matches!(&e.kind, EventKind::StepDispatched { token, .. } if *token == task.token),
+    );
     let before = &events[..dispatched_at.unwrap_or(events.len())];
     let scheduled = before.iter().rev().find_map(|e| match &e.kind {
         EventKind::StepScheduled {
