@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use orbit_io_sim::check::Invariant;
-use orbit_io_sim::net::{run, NetConfig};
+use orbit_sim_tests::net::{run, NetConfig};
 use orbit_io_sim::store::StoreBug;
 
 /// The CI seeds, or the one in `ORBIT_SEED`.

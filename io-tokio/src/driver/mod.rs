@@ -1,10 +1,10 @@
-//! The production driver: one tokio task owns the core [`Engine`], takes
-//! requests over a channel (each with a oneshot for its reply), feeds it the
-//! time (a 100 ms ticker plus the engine's `WakeAt`), and executes its
-//! effects — appends through [`Storage`] with group commit, reloads, replies
-//! and committed-event notifications.
+//! The production driver: one tokio task owns the core's node loop (the
+//! [`Engine`] inside `orbit_core::node::Node`), takes requests over a
+//! channel (each with a oneshot for its reply), feeds it the time when it
+//! asks, and performs its I/O — group commits through [`Storage`], loads,
+//! replies and committed-event notifications.
 
-pub mod convert;
+pub use orbit_core::store::convert;
 mod event_loop;
 mod metrics;
 
@@ -12,7 +12,8 @@ pub use convert::LOCAL_NODE;
 pub use metrics::{Histogram, Metrics};
 
 use crate::storage::{Storage, StorageError};
-use orbit_core::engine::{Config, Engine, Input, Request, RequestId, Response};
+use orbit_core::engine::{Config, Engine, Request, RequestId, Response};
+use orbit_core::node::{Node, NodeInput};
 use orbit_core::history::{Event, Millis};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -178,10 +179,11 @@ impl Driver {
         let events: usize = executions.iter().map(|e| e.events.len()).sum();
         let execution_count = executions.len();
         let ids = sources.ids.clone();
-        let mut engine = Engine::new(options.engine.clone(), Box::new(move || ids()));
-        let initial = engine.handle(
+        let engine = Engine::new(options.engine.clone(), Box::new(move || ids()));
+        let mut node = Node::new(engine, event_loop::node_config(&options));
+        let initial = node.handle(
             now,
-            Input::Recover {
+            NodeInput::Recover {
                 definitions,
                 executions,
                 idempotency,
@@ -204,15 +206,8 @@ impl Driver {
             store: store.clone(),
             session_timeout_ms: options.engine.session_timeout_ms,
         });
-        let event_loop = event_loop::EventLoop::new(
-            engine,
-            store,
-            rx,
-            committed,
-            metrics,
-            &options,
-            sources.clock,
-        );
+        let event_loop =
+            event_loop::EventLoop::new(node, store, rx, committed, metrics, sources.clock);
         tokio::spawn(event_loop.run(initial));
         shared.ready.store(true, Ordering::SeqCst);
         Ok(Driver { shared })

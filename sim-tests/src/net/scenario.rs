@@ -5,8 +5,8 @@
 //! The core layer's checkers then judge the durable histories.
 
 use super::{sources, Listener, TurmoilTransport, NET_EPOCH_MS};
-use crate::check::{self, durability::Fact, Invariant, Violation};
-use crate::store::{SimStore, StoreBug};
+use orbit_io_sim::check::{self, durability::Fact, Invariant, Violation};
+use orbit_io_sim::store::{SimStore, StoreBug};
 use orbit_core::history::Event;
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::Storage;
