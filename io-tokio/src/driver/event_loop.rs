@@ -12,7 +12,7 @@
 //! and answer requests), then the timer, then new commands — an order that
 //! cannot starve the timer, as it is ready only once its time has come.
 
-use super::{Command, Committed, Metrics, Options};
+use super::{Clock, Command, Committed, Metrics, Options};
 use crate::storage::{Storage, StorageError};
 use orbit_core::engine::{RequestId, Response, StoredExecution};
 use orbit_core::history::Millis;
@@ -45,7 +45,7 @@ pub(super) struct EventLoop {
     wake_at: Option<Millis>,
     loads_tx: mpsc::UnboundedSender<Loaded>,
     loads_rx: mpsc::UnboundedReceiver<Loaded>,
-    clock: Arc<dyn Fn() -> Millis + Send + Sync>,
+    clock: Clock,
 }
 
 impl EventLoop {
@@ -55,7 +55,7 @@ impl EventLoop {
         commands: mpsc::UnboundedReceiver<Command>,
         committed: broadcast::Sender<Committed>,
         metrics: Arc<Metrics>,
-        clock: Arc<dyn Fn() -> Millis + Send + Sync>,
+        clock: Clock,
     ) -> EventLoop {
         let (loads_tx, loads_rx) = mpsc::unbounded_channel();
         EventLoop {
@@ -149,6 +149,8 @@ impl EventLoop {
                     let id = commit.id;
                     let handle = self.in_flight.spawn(async move {
                         let tx = convert::group_transaction(&commit.batches, convert::LOCAL_NODE);
+                        // Commit latency is a duration on the monotonic
+                        // clock, not a time the engine sees.
                         let started = Instant::now();
                         let result = store.commit(&tx).await;
                         metrics

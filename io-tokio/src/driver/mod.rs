@@ -62,7 +62,10 @@ pub(crate) enum Command {
     Shutdown(oneshot::Sender<()>),
 }
 
-/// Milliseconds since the Unix epoch from the system clock.
+/// Milliseconds since the Unix epoch from the system clock: the one place
+/// the production driver reads the wall clock ([`Sources::default`]). The
+/// engine, the idempotency edge and purge, and the metrics all read the
+/// time through [`Driver::now`] instead.
 pub fn now_ms() -> Millis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -75,7 +78,7 @@ pub fn now_ms() -> Millis {
 #[derive(Clone)]
 pub struct Sources {
     /// Milliseconds since the Unix epoch.
-    pub clock: Arc<dyn Fn() -> Millis + Send + Sync>,
+    pub clock: Clock,
     /// A new identifier, never returned before.
     pub ids: Arc<dyn Fn() -> String + Send + Sync>,
 }
@@ -103,7 +106,11 @@ struct Shared {
     ready: AtomicBool,
     store: Arc<dyn Storage>,
     session_timeout_ms: Millis,
+    clock: Clock,
 }
+
+/// The driver's clock: milliseconds since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> Millis + Send + Sync>;
 
 /// A cheap, cloneable handle on the running driver.
 #[derive(Clone)]
@@ -205,6 +212,7 @@ impl Driver {
             ready: AtomicBool::new(false),
             store: store.clone(),
             session_timeout_ms: options.engine.session_timeout_ms,
+            clock: sources.clock.clone(),
         });
         let event_loop =
             event_loop::EventLoop::new(node, store, rx, committed, metrics, sources.clock);
@@ -220,7 +228,7 @@ impl Driver {
         let (tx, rx) = oneshot::channel();
         let session = session_of(&request).map(str::to_owned);
         if let Some(id) = &session {
-            self.shared.metrics.session_seen(id);
+            self.shared.metrics.session_seen(id, self.now());
         }
         if self
             .shared
@@ -245,13 +253,14 @@ impl Driver {
             return shutting_down();
         };
         let metrics = &self.shared.metrics;
+        let now = self.now();
         match (&session, response.status) {
             (Some(id), 404) => metrics.session_gone(id),
             (Some(id), 200) if unregisters(&response) => metrics.session_gone(id),
-            (Some(id), _) => metrics.session_seen(id),
+            (Some(id), _) => metrics.session_seen(id, now),
             (None, 200) => {
                 if let Some(new) = response.body.get("session_id").and_then(|v| v.as_str()) {
-                    metrics.session_seen(new);
+                    metrics.session_seen(new, now);
                 }
             }
             _ => {}
@@ -266,9 +275,24 @@ impl Driver {
 
     /// The driver's metrics (the session gauge refreshed).
     pub fn metrics(&self) -> &Metrics {
-        let timeout = Duration::from_millis(self.shared.session_timeout_ms);
-        self.shared.metrics.live_sessions(timeout);
+        self.shared
+            .metrics
+            .live_sessions(self.shared.session_timeout_ms, self.now());
         &self.shared.metrics
+    }
+
+    /// The driver's time: the clock the engine runs on. Everything around
+    /// the driver that needs the time (idempotency expiry and purge,
+    /// metrics) reads it here, so a simulation's virtual clock is the only
+    /// time they see.
+    pub fn now(&self) -> Millis {
+        (self.shared.clock)()
+    }
+
+    /// The driver's clock itself, for tasks that outlive a borrow of the
+    /// driver.
+    pub fn clock(&self) -> Clock {
+        self.shared.clock.clone()
     }
 
     /// The store the driver commits to (for reads and health checks).
