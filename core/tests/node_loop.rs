@@ -85,6 +85,14 @@ impl Harness {
         });
     }
 
+    /// Answers every commit asked for with `Ok`, until none is left.
+    fn settle(&mut self) {
+        while !self.commits.is_empty() {
+            let c = self.take_commit();
+            self.answer(&c, Ok(()));
+        }
+    }
+
     fn deploy(&mut self) {
         let compiled = orbit_core::compile(
             &[Source {
@@ -152,13 +160,16 @@ fn batches_wait_for_a_free_slot_and_go_out_together() {
     assert_eq!(executions(&first), vec![vec!["a"]]);
     h.answer(&first, Ok(()));
     assert_eq!(h.replies.get(&a), Some(&201));
+    // The two starts that waited, and the next batch of "a" (its timer),
+    // go out together.
     let group = h.take_commit();
-    assert_eq!(executions(&group), vec![vec!["b"], vec!["c"]]);
+    assert_eq!(executions(&group), vec![vec!["b"], vec!["c"], vec!["a"]]);
     assert!(!h.replies.contains_key(&b), "no reply before the commit");
     h.answer(&group, Ok(()));
     assert_eq!((h.replies.get(&b), h.replies.get(&c)), (Some(&201), Some(&201)));
+    h.settle();
     assert!(h.node.is_idle());
-    assert_eq!(h.node.stats().largest_group, 2);
+    assert_eq!(h.node.stats().largest_group, 3);
 }
 
 #[test]
@@ -171,9 +182,9 @@ fn two_commits_fly_at_once_when_allowed() {
     assert_eq!(h.node.commits_in_flight(), 2);
     let first = h.take_commit();
     h.answer(&first, Ok(()));
-    // The slot freed: "c" goes out.
+    // The slot freed: "c" goes out, with the next batch of "a".
     assert_eq!(h.commits.len(), 2);
-    assert_eq!(executions(&h.commits[1]), vec![vec!["c"]]);
+    assert_eq!(executions(&h.commits[1]), vec![vec!["c"], vec!["a"]]);
 }
 
 #[test]
@@ -186,7 +197,10 @@ fn a_conflict_fails_the_batches_it_names_and_recommits_the_others() {
     let first = h.take_commit();
     h.answer(&first, Ok(()));
     let group = h.take_commit();
-    assert_eq!(executions(&group), vec![vec!["b"], vec!["c"], vec!["d"]]);
+    assert_eq!(
+        executions(&group),
+        vec![vec!["b"], vec!["c"], vec!["d"], vec!["a"]]
+    );
     h.answer(
         &group,
         Err(StorageError::Conflict {
@@ -199,15 +213,15 @@ fn a_conflict_fails_the_batches_it_names_and_recommits_the_others() {
     assert_eq!(h.replies.get(&c), Some(&503));
     assert!(!h.replies.contains_key(&b) && !h.replies.contains_key(&d));
     let again = h.take_commit();
-    assert_eq!(executions(&again), vec![vec!["b"], vec!["d"]]);
+    assert_eq!(executions(&again), vec![vec!["b"], vec!["d"], vec!["a"]]);
     let ids: Vec<u64> = again.batches.iter().map(|x| x.id).collect();
-    let before: Vec<u64> = vec![group.batches[0].id, group.batches[2].id];
+    let before: Vec<u64> = [0, 2, 3].iter().map(|i| group.batches[*i].id).collect();
     assert_eq!(ids, before, "the same batches, not new ones");
     h.answer(&again, Ok(()));
     assert_eq!((h.replies.get(&b), h.replies.get(&d)), (Some(&201), Some(&201)));
     let s = h.node.stats();
     assert_eq!((s.conflict.commits, s.conflict.of_many_batches), (1, 1));
-    assert_eq!(s.recommitted, 2);
+    assert_eq!(s.recommitted, 3);
 }
 
 #[test]
@@ -220,16 +234,23 @@ fn an_ambiguous_group_commit_reloads_every_execution_in_it() {
     h.answer(&first, Ok(()));
     let group = h.take_commit();
     h.answer(&group, Err(StorageError::Ambiguous("lost during COMMIT".into())));
-    assert_eq!(h.loads.len(), 2, "one load per batch: {:?}", h.loads);
+    assert_eq!(h.loads.len(), 3, "one load per batch: {:?}", h.loads);
     let named: Vec<&str> = h
         .loads
         .iter()
         .flat_map(|(_, e)| e.iter().map(String::as_str))
         .collect();
-    assert_eq!(named, vec!["b", "c"]);
-    // The store holds "b" (it landed) but not "c".
+    assert_eq!(named, vec!["b", "c", "a"]);
+    // The store holds "b" (it landed) but not "c"; "a" stays as it was.
     let landed = group.batches[0].executions[0].events.clone();
-    let (lb, lc) = (h.loads[0].0, h.loads[1].0);
+    let (lb, lc, la) = (h.loads[0].0, h.loads[1].0, h.loads[2].0);
+    h.feed(NodeInput::Loaded {
+        load: la,
+        result: Ok(vec![StoredExecution {
+            execution_id: "a".into(),
+            events: first.batches[0].executions[0].events.clone(),
+        }]),
+    });
     h.feed(NodeInput::Loaded {
         load: lb,
         result: Ok(vec![StoredExecution {
@@ -275,7 +296,11 @@ fn a_failed_load_is_tried_again_with_a_doubling_delay() {
         load: id,
         result: fail(),
     });
-    assert_eq!(h.wake, Some(T0 + 50 + 100), "then after 100 ms");
+    // Then after 100 ms (the periodic tick at +100 does not try it).
+    h.now = T0 + 100;
+    h.feed(NodeInput::Time);
+    assert!(h.loads.is_empty(), "tried again too soon");
+    assert_eq!(h.wake, Some(T0 + 50 + 100));
     h.now = T0 + 150;
     h.feed(NodeInput::Time);
     let (id, _) = h.loads.remove(0);
@@ -296,8 +321,7 @@ fn time_ticks_the_engine_periodically_and_at_its_wake_ups() {
     // Periodic: a tick period (100 ms) after the first input.
     assert_eq!(h.wake, Some(T0 + 100));
     h.start("a");
-    let c = h.take_commit();
-    h.answer(&c, Ok(()));
+    h.settle();
     let ticks = h.node.stats().ticks;
     h.now = T0 + 100;
     h.feed(NodeInput::Time);
