@@ -144,7 +144,12 @@ impl Harness {
 fn executions(c: &GroupCommit) -> Vec<Vec<&str>> {
     c.batches
         .iter()
-        .map(|b| b.executions.iter().map(|a| a.execution_id.as_str()).collect())
+        .map(|b| {
+            b.executions
+                .iter()
+                .map(|a| a.execution_id.as_str())
+                .collect()
+        })
         .collect()
 }
 
@@ -166,7 +171,10 @@ fn batches_wait_for_a_free_slot_and_go_out_together() {
     assert_eq!(executions(&group), vec![vec!["b"], vec!["c"], vec!["a"]]);
     assert!(!h.replies.contains_key(&b), "no reply before the commit");
     h.answer(&group, Ok(()));
-    assert_eq!((h.replies.get(&b), h.replies.get(&c)), (Some(&201), Some(&201)));
+    assert_eq!(
+        (h.replies.get(&b), h.replies.get(&c)),
+        (Some(&201), Some(&201))
+    );
     h.settle();
     assert!(h.node.is_idle());
     assert_eq!(h.node.stats().largest_group, 3);
@@ -218,7 +226,10 @@ fn a_conflict_fails_the_batches_it_names_and_recommits_the_others() {
     let before: Vec<u64> = [0, 2, 3].iter().map(|i| group.batches[*i].id).collect();
     assert_eq!(ids, before, "the same batches, not new ones");
     h.answer(&again, Ok(()));
-    assert_eq!((h.replies.get(&b), h.replies.get(&d)), (Some(&201), Some(&201)));
+    assert_eq!(
+        (h.replies.get(&b), h.replies.get(&d)),
+        (Some(&201), Some(&201))
+    );
     let s = h.node.stats();
     assert_eq!((s.conflict.commits, s.conflict.of_many_batches), (1, 1));
     assert_eq!(s.recommitted, 3);
@@ -233,7 +244,10 @@ fn an_ambiguous_group_commit_reloads_every_execution_in_it() {
     let first = h.take_commit();
     h.answer(&first, Ok(()));
     let group = h.take_commit();
-    h.answer(&group, Err(StorageError::Ambiguous("lost during COMMIT".into())));
+    h.answer(
+        &group,
+        Err(StorageError::Ambiguous("lost during COMMIT".into())),
+    );
     assert_eq!(h.loads.len(), 3, "one load per batch: {:?}", h.loads);
     let named: Vec<&str> = h
         .loads
@@ -352,5 +366,9 @@ fn a_clock_that_steps_back_still_gets_ticks() {
     assert_eq!(h.wake, Some(T0 + 200));
     h.now = T0 - 10_000;
     h.feed(NodeInput::Time);
-    assert_eq!(h.wake, Some(T0 - 10_000 + 100), "ticks resume a period later");
+    assert_eq!(
+        h.wake,
+        Some(T0 - 10_000 + 100),
+        "ticks resume a period later"
+    );
 }

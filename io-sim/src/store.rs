@@ -9,8 +9,8 @@
 use async_trait::async_trait;
 use orbit_core::history::Event;
 use orbit_core::store::{
-    check_appends, is_terminal, Owner, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp, Storage,
-    StorageError, StoredExecution, Transaction,
+    check_appends, is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter,
+    Owner, QueueOp, Storage, StorageError, StoredExecution, Transaction,
 };
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};

@@ -2,9 +2,9 @@
 //! so it cannot drift from the real backends; plus its crash model.
 #![allow(clippy::unwrap_used)]
 
-use orbit_io_sim::store::{SimStore, StoreBug};
 use orbit_core::store::contract::{self, append};
 use orbit_core::store::{Storage, StorageError, Transaction};
+use orbit_io_sim::store::{SimStore, StoreBug};
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};

@@ -81,7 +81,11 @@ impl Node {
         let mut innocent = Vec::new();
         for b in &commit.batches {
             let ids = b.executions.iter().map(|a| &a.execution_id);
-            let f: Vec<String> = ids.clone().filter(|id| fenced.contains(*id)).cloned().collect();
+            let f: Vec<String> = ids
+                .clone()
+                .filter(|id| fenced.contains(*id))
+                .cloned()
+                .collect();
             let s: Vec<String> = ids.filter(|id| stale.contains(*id)).cloned().collect();
             if f.is_empty() && s.is_empty() {
                 innocent.push(b.clone());

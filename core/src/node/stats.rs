@@ -69,7 +69,8 @@ impl NodeStats {
 
 impl std::fmt::Display for NodeStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let failure = |c: &FailureCount| format!("{} ({} of many batches)", c.commits, c.of_many_batches);
+        let failure =
+            |c: &FailureCount| format!("{} ({} of many batches)", c.commits, c.of_many_batches);
         write!(
             f,
             "group_commits={} batches={} largest_group={} ambiguous={} conflict={} unavailable={} recommitted={} loads={} load_retries={}",

@@ -379,7 +379,12 @@ impl World {
             let ids: Vec<Vec<&str>> = commit
                 .batches
                 .iter()
-                .map(|b| b.executions.iter().map(|a| a.execution_id.as_str()).collect())
+                .map(|b| {
+                    b.executions
+                        .iter()
+                        .map(|a| a.execution_id.as_str())
+                        .collect()
+                })
                 .collect();
             println!("          commit {} {ids:?} -> {result:?}", commit.id);
         }

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// A fixed-bucket histogram.
 #[derive(Debug)]

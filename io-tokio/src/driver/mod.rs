@@ -13,8 +13,8 @@ pub use metrics::{Histogram, Metrics};
 
 use crate::storage::{Storage, StorageError};
 use orbit_core::engine::{Config, Engine, Request, RequestId, Response};
-use orbit_core::node::{Node, NodeInput};
 use orbit_core::history::{Event, Millis};
+use orbit_core::node::{Node, NodeInput};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -5,11 +5,11 @@
 //! set-based statements (arrays bound with `UNNEST`), so the cost of a group
 //! commit does not grow with round trips per execution.
 
+use super::{check_appends, Owner, Storage, StorageError};
 use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
-use super::{check_appends, Owner, Storage, StorageError};
 use async_trait::async_trait;
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};

@@ -2,11 +2,11 @@
 //! pool of readers, versioned migrations run at open, one transaction per
 //! commit.
 
+use super::{check_appends, Owner, Storage, StorageError};
 use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
-use super::{check_appends, Owner, Storage, StorageError};
 use async_trait::async_trait;
 use orbit_core::history::Event;
 use sqlx::sqlite::{

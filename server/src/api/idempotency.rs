@@ -20,13 +20,13 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use orbit_core::engine::IdempotencyScope;
+use orbit_io_tokio::driver::Clock;
 use orbit_io_tokio::storage::Storage;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use orbit_io_tokio::driver::Clock;
 use std::time::Duration;
 
 /// The request header naming the key.

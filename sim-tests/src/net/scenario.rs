@@ -5,9 +5,9 @@
 //! The core layer's checkers then judge the durable histories.
 
 use super::{sources, Listener, TurmoilTransport, NET_EPOCH_MS};
+use orbit_core::history::Event;
 use orbit_io_sim::check::{self, durability::Fact, Invariant, Violation};
 use orbit_io_sim::store::{SimStore, StoreBug};
-use orbit_core::history::Event;
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::Storage;
 use orbit_sdk::{Backoff, Client, Error, SourceFile, StartOptions, Task, TaskError, Worker};
