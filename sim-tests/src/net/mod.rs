@@ -2,8 +2,10 @@
 //! the real io-tokio driver on the simulated store, real SDK workers and an
 //! SDK client, all hosts of one seeded turmoil simulation. Faults are
 //! network partitions that heal, held links that are released, message
-//! delay and server crashes and bounces; committed data lives in the
-//! [`SimStore`], which survives the crash. At the end the core layer's
+//! delay, server crashes and bounces, and storage faults under the real
+//! driver ([`FaultyStore`]: unavailable and ambiguous commits, failed
+//! reads); committed data lives in the
+//! [`SimStore`](orbit_io_sim::store::SimStore), which survives the crash. At the end the core layer's
 //! checkers run on the durable histories.
 //!
 //! Determinism: turmoil's network and the hosts' schedule come from the
@@ -13,10 +15,12 @@
 //! branch order), and the API's idempotency edge reads the driver's clock
 //! rather than the system's (see `docs/src/simulation/networked.md`).
 
+mod faulty;
 mod listener;
 mod scenario;
 mod transport;
 
+pub use faulty::{FaultyStore, StoreFaults};
 pub use listener::Listener;
 pub use scenario::{run, NetConfig, NetReport};
 pub use transport::TurmoilTransport;
