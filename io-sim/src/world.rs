@@ -1,7 +1,7 @@
 //! The seeded world: one thread, one RNG, virtual time, and a queue of
-//! timed events. It owns the simulated store, the server (an unchanged
-//! `orbit_core::Engine` and the driver duties around it: commits, reloads,
-//! replies, ticks), the network between the server and the simulated
+//! timed events. It owns the simulated store, the server (the core's node
+//! loop around an unchanged `orbit_core::Engine`, whose I/O the world
+//! performs: see [`server`]), the network between the server and the simulated
 //! workers and clients, and the fault schedule. After every commit and
 //! every acknowledgement it runs the invariant checkers.
 

@@ -10,13 +10,13 @@ use std::process::Command;
 
 const CHILD: &str = "ORBIT_CROSS_PROCESS_NET_SEED";
 
-/// The `name=value` line of `text`, the value as written.
+/// The value of the first `name = value` in `text` (anywhere in a line:
+/// the test harness prints the test's name before its output).
 fn line_value(text: &str, name: &str) -> Option<String> {
     text.lines().find_map(|l| {
-        l.trim()
-            .strip_prefix(name)
-            .and_then(|r| r.trim_start().strip_prefix('='))
-            .map(|v| v.trim().to_owned())
+        let at = l.find(&format!("{name} ="))?;
+        let rest = l[at + name.len()..].trim_start().strip_prefix('=')?;
+        Some(rest.trim().to_owned())
     })
 }
 
@@ -24,7 +24,7 @@ fn line_value(text: &str, name: &str) -> Option<String> {
 fn net_trace_hash_is_the_same_in_two_processes() {
     if let Ok(seed) = std::env::var(CHILD) {
         let report = run(NetConfig::sample(seed.parse().unwrap()));
-        println!("net_trace_hash = {:016x}", report.trace_hash);
+        println!("\nnet_trace_hash = {:016x}", report.trace_hash);
         println!("net_virtual_ms = {}", report.virtual_ms);
         return;
     }

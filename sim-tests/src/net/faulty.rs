@@ -53,12 +53,16 @@ impl FaultyStore {
     }
 
     fn on(&self) -> bool {
-        turmoil::sim_elapsed()
-            .is_some_and(|d| d.as_millis() < u128::from(self.faults.until_ms))
+        turmoil::sim_elapsed().is_some_and(|d| d.as_millis() < u128::from(self.faults.until_ms))
     }
 
     fn chance(&self, p: f64) -> bool {
-        p > 0.0 && self.rng.lock().unwrap_or_else(|e| e.into_inner()).random_bool(p.min(1.0))
+        p > 0.0
+            && self
+                .rng
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .random_bool(p.min(1.0))
     }
 
     fn count(&self, kind: &'static str) {
@@ -93,7 +97,8 @@ impl Storage for FaultyStore {
                 return Err(unreachable());
             }
             if self.chance(self.faults.ambiguous_probability) {
-                let lost = StorageError::Ambiguous("simulated: connection lost during COMMIT".into());
+                let lost =
+                    StorageError::Ambiguous("simulated: connection lost during COMMIT".into());
                 if self.chance(0.5) {
                     self.count("store_ambiguous_applied");
                     self.inner.apply(tx)?;

@@ -453,7 +453,11 @@ pub fn run(config: NetConfig) -> NetReport {
     }
     let virtual_ms = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
     drop(sim);
-    for (k, v) in store_counts.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for (k, v) in store_counts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
         *faults.entry(k).or_default() += v;
     }
 
