@@ -228,6 +228,8 @@ pub struct SimConfig {
     pub max_active_executions: Option<u64>,
     /// How long the server keeps Idempotency-Key records, in ms.
     pub idempotency_ttl_ms: Millis,
+    /// Group commits the node writes at once (production's default is 2).
+    pub commits_in_flight: usize,
 }
 
 fn p(rng: &mut SimRng, max: f64) -> f64 {
@@ -262,6 +264,7 @@ impl SimConfig {
             undeduplicated_workers: 0,
             max_active_executions: None,
             idempotency_ttl_ms: 24 * 3600 * 1000,
+            commits_in_flight: 2,
         };
         let f = &mut c.faults;
         f.net_delay_ms_max = rng.between(1, 200);
@@ -431,6 +434,10 @@ impl SimConfig {
             // Short enough that keys expire while clients still retry.
             c.idempotency_ttl_ms = rng.between(1, 20) * 1000;
         }
+        if scenario == Scenario::Swarm {
+            // Drawn last, so that the draws above stay what they were.
+            c.commits_in_flight = rng.between(1, 3) as usize;
+        }
         c
     }
 
@@ -474,6 +481,7 @@ impl fmt::Display for SimConfig {
             None => writeln!(f, "max_active_executions = none")?,
         }
         writeln!(f, "idempotency_ttl_ms = {}", self.idempotency_ttl_ms)?;
+        writeln!(f, "commits_in_flight = {}", self.commits_in_flight)?;
         let rows: [(&str, String); 22] = [
             (
                 "store_commit_fail_probability",

@@ -1,14 +1,18 @@
 //! `orbit-io-sim`: the deterministic simulation driver of ORBIT.
 //!
-//! A single-threaded, seeded world ([`World`]) drives the unchanged
+//! A single-threaded, seeded world ([`World`]) drives the core's node loop
+//! (`orbit_core::node::Node`: the same group commits, `Conflict` splits,
+//! reloads and ticks as production) around the unchanged
 //! `orbit_core::Engine` under virtual time. Everything random — the sampled
 //! configuration, message delays and losses, which fault strikes and when,
 //! tokens and generated ids — comes from one ChaCha8 stream seeded with the
 //! run's `u64` seed, so a seed reproduces a run exactly. The world holds a
 //! crash-consistent simulated store ([`store::SimStore`], which also
-//! implements io-tokio's `Storage` trait and passes its contract suite),
+//! implements the core's `Storage` trait and passes its contract suite),
 //! simulated workers and clients, an external payment model, and invariant
-//! checkers ([`check`]) run after every commit and acknowledgement.
+//! checkers ([`check`]) run after every commit and acknowledgement. The
+//! crate depends on `orbit-core` alone (no tokio, sqlx or HTTP stack); the
+//! networked layer that runs the real server lives in `orbit-sim-tests`.
 //!
 //! ```no_run
 //! use orbit_io_sim::{run, Scenario};
@@ -23,7 +27,6 @@ pub mod check;
 mod client;
 pub mod config;
 pub mod convert;
-pub mod net;
 pub mod payment;
 pub mod report;
 pub mod rng;
@@ -35,6 +38,7 @@ mod world;
 pub use bugs::Bugs;
 pub use config::{Faults, Scenario, SimConfig};
 pub use orbit_core::engine::Bug;
+pub use orbit_core::node::NodeStats;
 pub use report::{Outcome, Report};
 pub use world::{RunOptions, World, EPOCH_MS};
 

@@ -4,6 +4,7 @@
 
 use crate::check::Violation;
 use crate::config::SimConfig;
+use orbit_core::node::NodeStats;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -76,6 +77,9 @@ pub struct Stats {
     pub payment_calls: u64,
     /// Distinct effects applied.
     pub payment_effects: u64,
+    /// What the node loops did (group commits and their results), summed
+    /// over the server's incarnations.
+    pub node: NodeStats,
 }
 
 impl Stats {
@@ -139,6 +143,7 @@ impl fmt::Display for Report {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         writeln!(f, "faults = {}", faults.join(" "))?;
+        writeln!(f, "node = {}", self.stats.node)?;
         match &self.outcome {
             Outcome::Pass => {}
             Outcome::Correctness(v) | Outcome::Liveness(v) => write!(f, "{v}")?,

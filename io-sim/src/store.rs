@@ -1,5 +1,5 @@
 //! The simulated store: an in-memory, crash-consistent implementation of
-//! io-tokio's [`Storage`] contract. A committed transaction is applied
+//! the core's [`Storage`] contract. A committed transaction is applied
 //! atomically and survives every crash; a transaction that was in flight
 //! when the server died either landed whole or not at all (the world
 //! decides). Faults (unavailable, ambiguous, slow commits) are injected by
@@ -8,9 +8,9 @@
 
 use async_trait::async_trait;
 use orbit_core::history::Event;
-use orbit_io_tokio::storage::{
-    is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp, Storage,
-    StorageError, StoredExecution, Transaction,
+use orbit_core::store::{
+    check_appends, is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter,
+    Owner, QueueOp, Storage, StorageError, StoredExecution, Transaction,
 };
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -69,42 +69,17 @@ impl SimStore {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Applies `tx` atomically, or returns `Conflict` (nothing applied) when
-    /// an append's expected seq is stale, its events are not contiguous, or
-    /// its writer's epoch is fenced.
+    /// Applies `tx` atomically, or returns `Conflict` (nothing applied) as
+    /// the shared rule ([`check_appends`]) decides.
     pub fn apply(&self, tx: &Transaction) -> Result<(), StorageError> {
         let mut s = self.lock();
-        let mut fenced = Vec::new();
-        let mut stale = Vec::new();
-        for a in &tx.appends {
-            let (last_seq, owner_node, owner_epoch) = match s.executions.get(&a.execution_id) {
-                Some(r) => (
-                    r.events.last().map_or(0, |e| e.seq),
-                    r.owner_node.as_str(),
-                    r.owner_epoch,
-                ),
-                None => (0, "", 0),
-            };
-            if let Some(f) = &a.fence {
-                let other = !owner_node.is_empty() && owner_node != f.node_id;
-                if owner_epoch > f.epoch || (other && owner_epoch >= f.epoch) {
-                    fenced.push(a.execution_id.clone());
-                    continue;
-                }
-            }
-            let contiguous = a
-                .events
-                .iter()
-                .enumerate()
-                .all(|(i, e)| e.seq == a.after_seq + 1 + i as u64);
-            let exists = s.executions.contains_key(&a.execution_id);
-            if last_seq != a.after_seq || !contiguous || (a.after_seq == 0 && exists) {
-                stale.push(a.execution_id.clone());
-            }
-        }
-        if !fenced.is_empty() || !stale.is_empty() {
-            return Err(StorageError::Conflict { fenced, stale });
-        }
+        check_appends(&tx.appends, |id| {
+            s.executions.get(id).map(|r| Owner {
+                last_seq: r.events.last().map_or(0, |e| e.seq),
+                node_id: &r.owner_node,
+                epoch: r.owner_epoch,
+            })
+        })?;
         if self.bug == StoreBug::LoseLastCommitOnCrash {
             *self.before_last.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
         }

@@ -1,7 +1,7 @@
 //! The seeded world: one thread, one RNG, virtual time, and a queue of
-//! timed events. It owns the simulated store, the server (an unchanged
-//! `orbit_core::Engine` and the driver duties around it: commits, reloads,
-//! replies, ticks), the network between the server and the simulated
+//! timed events. It owns the simulated store, the server (the core's node
+//! loop around an unchanged `orbit_core::Engine`, whose I/O the world
+//! performs: see [`server`]), the network between the server and the simulated
 //! workers and clients, and the fault schedule. After every commit and
 //! every acknowledgement it runs the invariant checkers.
 
@@ -10,27 +10,23 @@ use crate::builtin::{Builtin, BuiltinEv};
 use crate::check::{self, durability::Fact, Invariant, Violation};
 use crate::client::Client;
 use crate::config::SimConfig;
-use crate::convert;
 use crate::payment::Payments;
 use crate::report::{Outcome, Report, Stats};
-use crate::rng::{SeededIds, SimRng};
+use crate::rng::SimRng;
 use crate::store::SimStore;
 use crate::worker::Worker;
 use crate::workload;
-use orbit_core::engine::{
-    Batch, Config, DefinitionRecord, Effect, Engine, Input, Request, RequestId, Response,
-    StorageResult, StoredExecution,
-};
+use orbit_core::engine::{Batch, DefinitionRecord, Request, RequestId, Response};
 use orbit_core::history::Millis;
 use orbit_core::ir;
-use orbit_io_tokio::storage::StorageError;
+use orbit_core::node::{GroupCommit, Io, LoadId, Node, NodeInput, NodeStats};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+mod server;
 
 /// Virtual time at which every run starts (2026-01-01T00:00:00Z).
 pub const EPOCH_MS: Millis = 1_767_225_600_000;
-
-/// How often the driver ticks the engine besides its `WakeAt`s.
-const TICK_EVERY_MS: Millis = 500;
 
 /// Who sent a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,15 +52,16 @@ pub(crate) enum Ev {
     },
     CommitDone {
         inc: u64,
-        batch: Batch,
+        commit: Arc<GroupCommit>,
     },
     ReloadDone {
         inc: u64,
+        load: LoadId,
         ids: Vec<String>,
     },
     Tick {
         inc: u64,
-        periodic: bool,
+        wake: u64,
     },
     Crash,
     Restart,
@@ -142,11 +139,14 @@ impl Ev {
 }
 
 pub(crate) struct Server {
-    pub engine: Engine,
+    /// The node loop around the server's engine.
+    pub node: Node,
     pub inc: u64,
     next_rid: RequestId,
     pending: BTreeMap<RequestId, (Actor, u64)>,
     silenced: BTreeSet<RequestId>,
+    /// The latest `WakeAt` asked for (older ticks are ignored).
+    wake_gen: u64,
 }
 
 /// Options of a run besides its seed-sampled configuration.
@@ -202,6 +202,8 @@ pub struct World {
     created_by_key: BTreeMap<String, (String, Millis)>,
     /// The built-in task executor (`orbit.http`).
     pub(crate) builtin: Builtin,
+    /// Counters of the node loops of past incarnations.
+    node_stats: NodeStats,
 }
 
 impl World {
@@ -243,6 +245,7 @@ impl World {
             reports: BTreeMap::new(),
             created_by_key: BTreeMap::new(),
             builtin: Builtin::new(cfg.scenario == crate::config::Scenario::BuiltinHttp),
+            node_stats: NodeStats::default(),
             cfg,
         };
         w.setup()?;
@@ -251,45 +254,7 @@ impl World {
 
     fn setup(&mut self) -> Result<(), String> {
         self.boot();
-        // Deploy through the engine, committed without faults.
-        let mut effects = self.engine_handle(Input::Request {
-            id: 0,
-            request: Request::Deploy {
-                definitions: self.definitions.clone(),
-                idempotency: None,
-            },
-        });
-        let mut deployed = false;
-        while let Some(e) = effects.pop() {
-            match e {
-                Effect::Append(batch) => {
-                    let result = match self
-                        .store
-                        .apply(&convert::transaction(&batch, convert::NODE))
-                    {
-                        Ok(()) => StorageResult::Ok,
-                        Err(e) => return Err(format!("deploy failed: {e}")),
-                    };
-                    effects.extend(self.engine_handle(Input::Stored {
-                        batch: batch.id,
-                        result,
-                    }));
-                }
-                Effect::Reply {
-                    request: 0,
-                    response,
-                } => {
-                    if response.status != 200 {
-                        return Err(format!("deploy refused: {}", response.body));
-                    }
-                    deployed = true;
-                }
-                _ => {}
-            }
-        }
-        if !deployed {
-            return Err("deploy was not answered".into());
-        }
+        self.deploy()?;
         for i in 0..self.cfg.workers {
             self.workers.push(Worker::new(format!("w{i}")));
             let life = 0;
@@ -335,14 +300,6 @@ impl World {
         }
         let end = self.cfg.safety_ms;
         self.at(end, Ev::FaultsEnd);
-        let inc = self.incarnation;
-        self.at(
-            TICK_EVERY_MS,
-            Ev::Tick {
-                inc,
-                periodic: true,
-            },
-        );
         self.schedule_crash();
         Ok(())
     }
@@ -414,6 +371,10 @@ impl World {
         self.store.for_each(|_, _| n += 1);
         self.stats.executions = n;
         self.stats.commits = self.store.commits();
+        if let Some(s) = &self.server {
+            self.node_stats.add(s.node.stats());
+        }
+        self.stats.node = std::mem::take(&mut self.node_stats);
         self.stats.payment_calls = self.payments.calls();
         self.stats.payment_effects = self.payments.effects() as u64;
         Report {
@@ -433,17 +394,9 @@ impl World {
                 Actor::Client(c) => self.client_response(c, req, response),
                 Actor::Builtin => self.builtin_answer(req, response),
             },
-            Ev::CommitDone { inc, batch } => self.commit_done(inc, batch),
-            Ev::ReloadDone { inc, ids } => self.reload_done(inc, ids),
-            Ev::Tick { inc, periodic } => {
-                if self.server.as_ref().is_some_and(|s| s.inc == inc) {
-                    let effects = self.engine_handle(Input::Tick);
-                    self.run_effects(effects);
-                    if periodic {
-                        self.at(TICK_EVERY_MS, Ev::Tick { inc, periodic });
-                    }
-                }
-            }
+            Ev::CommitDone { inc, commit } => self.commit_done(inc, commit),
+            Ev::ReloadDone { inc, load, ids } => self.reload_done(inc, load, ids),
+            Ev::Tick { inc, wake } => self.tick(inc, wake),
             Ev::Crash => self.crash(),
             Ev::Restart => self.restart(),
             Ev::Timeout { actor, req } => match actor {
@@ -474,326 +427,6 @@ impl World {
                 }
             }
         }
-    }
-
-    // ---- the server and its driver duties ------------------------------
-
-    fn boot(&mut self) {
-        self.incarnation += 1;
-        let ids = SeededIds::new(self.rng.next_u64());
-        let config = Config {
-            session_timeout_ms: self.cfg.session_timeout_ms,
-            max_active_executions: self.cfg.max_active_executions,
-            idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
-            ..Config::default()
-        };
-        let mut engine = Engine::new(config, Box::new(ids));
-        for bug in &self.plant {
-            engine.plant(*bug);
-        }
-        self.server = Some(Server {
-            engine,
-            inc: self.incarnation,
-            next_rid: 1,
-            pending: BTreeMap::new(),
-            silenced: BTreeSet::new(),
-        });
-        self.builtin_boot(self.incarnation);
-    }
-
-    /// Steps the server's clock forward, or (sometimes) backwards at its
-    /// next restart, as an NTP correction of a clock that ran fast.
-    fn clock_jump(&mut self) {
-        if !self.faults_on || self.cfg.faults.clock_jump_ms_max == 0 {
-            return;
-        }
-        let step = self.rng.between(100, self.cfg.faults.clock_jump_ms_max);
-        if self.rng.chance(self.cfg.faults.clock_back_probability) {
-            self.stats.fault("clock_step_back");
-            self.clock_back_pending += step;
-        } else {
-            self.stats.fault("clock_jump");
-            self.clock_offset += step as i64;
-        }
-    }
-
-    /// The server's clock: reference time plus its offset.
-    fn server_now(&self) -> Millis {
-        self.now.saturating_add_signed(self.clock_offset)
-    }
-
-    fn engine_handle(&mut self, input: Input) -> Vec<Effect> {
-        let now = self.server_now();
-        match self.server.as_mut() {
-            Some(s) => s.engine.handle(now, input),
-            None => Vec::new(),
-        }
-    }
-
-    fn restart(&mut self) {
-        if self.server.is_some() {
-            return;
-        }
-        if self.faults_on && self.rng.chance(self.cfg.faults.clock_jump_probability) {
-            self.clock_jump();
-        }
-        if self.clock_back_pending > 0 {
-            self.clock_offset -= self.clock_back_pending as i64;
-            self.clock_back_total += self.clock_back_pending;
-            self.clock_back_pending = 0;
-        }
-        self.boot();
-        let definitions = self
-            .store
-            .definitions()
-            .iter()
-            .filter_map(convert::definition_from_store)
-            .collect();
-        let executions = self
-            .store
-            .all()
-            .into_iter()
-            .map(convert::execution_from_store)
-            .collect();
-        let idempotency = self
-            .store
-            .live_idempotency(self.server_now())
-            .iter()
-            .map(convert::idempotency_from_store)
-            .collect();
-        let effects = self.engine_handle(Input::Recover {
-            definitions,
-            executions,
-            idempotency,
-        });
-        self.run_effects(effects);
-        let inc = self.incarnation;
-        self.at(
-            TICK_EVERY_MS,
-            Ev::Tick {
-                inc,
-                periodic: true,
-            },
-        );
-        self.schedule_crash();
-    }
-
-    fn schedule_crash(&mut self) {
-        let mean = self.cfg.faults.server_crash_interval_ms_mean;
-        if mean == 0 || !self.faults_on {
-            return;
-        }
-        // Sometimes crash again right away: during recovery.
-        let delay = if self.rng.chance(0.2) {
-            self.rng.between(0, 300)
-        } else {
-            self.rng.between(mean / 4, mean * 2)
-        };
-        if self.now + delay < self.faults_end_at {
-            self.at(delay, Ev::Crash);
-        }
-    }
-
-    fn crash(&mut self) {
-        let Some(server) = self.server.take() else {
-            return;
-        };
-        self.stats.fault("server_crash");
-        // Commits in flight: each landed whole or vanished.
-        let inflight: Vec<(Millis, u64)> = self
-            .queue
-            .iter()
-            .filter(|(_, e)| matches!(e, Ev::CommitDone { inc, .. } if *inc == server.inc))
-            .map(|(k, _)| *k)
-            .collect();
-        for k in inflight {
-            if let Some(Ev::CommitDone { batch, .. }) = self.queue.remove(&k) {
-                if self.rng.chance(0.5) {
-                    self.stats.fault("commit_landed_then_crash");
-                    let _ = self
-                        .store
-                        .apply(&convert::transaction(&batch, convert::NODE));
-                    self.check_batch(&batch);
-                } else {
-                    self.stats.fault("commit_lost_in_crash");
-                }
-            }
-        }
-        self.store.crash();
-        self.builtin_crashed();
-        drop(server);
-        self.recheck_facts();
-        let delay = self
-            .rng
-            .between(10, self.cfg.faults.server_restart_ms_max.max(10));
-        self.at(delay, Ev::Restart);
-    }
-
-    pub(crate) fn deliver_to_server(&mut self, from: Actor, req: u64, request: Request) {
-        let Some(s) = self.server.as_mut() else {
-            return; // connection refused: the caller times out
-        };
-        let rid = s.next_rid;
-        s.next_rid += 1;
-        s.pending.insert(rid, (from, req));
-        if self.bugs.ack_before_commit && matches!(request, Request::Result { .. }) {
-            s.silenced.insert(rid);
-            let early = Response::ok(200, serde_json::json!({"accepted": true}));
-            self.send_to_actor(from, req, early);
-        }
-        let effects = self.engine_handle(Input::Request { id: rid, request });
-        self.run_effects(effects);
-    }
-
-    pub(crate) fn run_effects(&mut self, effects: Vec<Effect>) {
-        let Some(inc) = self.server.as_ref().map(|s| s.inc) else {
-            return;
-        };
-        for effect in effects {
-            match effect {
-                Effect::Append(batch) => {
-                    let latency = if self.faults_on
-                        && self.rng.chance(self.cfg.faults.store_slow_probability)
-                    {
-                        self.stats.fault("store_slow");
-                        self.rng
-                            .between(50, self.cfg.faults.store_slow_ms_max.max(50))
-                    } else {
-                        self.rng.between(0, 5)
-                    };
-                    self.mix(batch.id);
-                    self.at(latency, Ev::CommitDone { inc, batch });
-                }
-                Effect::Reload { executions } => {
-                    if self.bugs.drop_reloads {
-                        continue;
-                    }
-                    let latency = self.rng.between(1, 20);
-                    self.at(
-                        latency,
-                        Ev::ReloadDone {
-                            inc,
-                            ids: executions,
-                        },
-                    );
-                }
-                Effect::Reply {
-                    request,
-                    mut response,
-                } => {
-                    let Some(s) = self.server.as_mut() else {
-                        continue;
-                    };
-                    let Some((actor, req)) = s.pending.remove(&request) else {
-                        continue;
-                    };
-                    if s.silenced.remove(&request) {
-                        continue;
-                    }
-                    if self.bugs.key_from_attempt {
-                        plant_key_from_attempt(&mut response);
-                    }
-                    self.mix(u64::from(response.status));
-                    self.send_to_actor(actor, req, response);
-                }
-                Effect::WakeAt(t) => {
-                    let delay = t.saturating_sub(self.server_now());
-                    self.at(
-                        delay,
-                        Ev::Tick {
-                            inc,
-                            periodic: false,
-                        },
-                    );
-                }
-                Effect::Committed { .. } => {}
-            }
-        }
-    }
-
-    fn commit_done(&mut self, inc: u64, batch: Batch) {
-        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
-            return;
-        }
-        let tx = convert::transaction(&batch, convert::NODE);
-        let f = &self.cfg.faults;
-        let (fail_p, ambiguous_p) = (
-            f.store_commit_fail_probability,
-            f.store_commit_ambiguous_probability,
-        );
-        let mut applied = false;
-        let result = if self.faults_on && self.rng.chance(fail_p) {
-            self.stats.fault("commit_unavailable");
-            StorageResult::Unavailable {
-                message: "simulated: database unreachable".into(),
-            }
-        } else if self.faults_on && self.rng.chance(ambiguous_p) {
-            if self.rng.chance(0.5) {
-                self.stats.fault("commit_ambiguous_applied");
-                applied = self.store.apply(&tx).is_ok();
-            } else {
-                self.stats.fault("commit_ambiguous_lost");
-            }
-            StorageResult::Ambiguous {
-                message: "simulated: connection lost during COMMIT".into(),
-            }
-        } else {
-            match self.store.apply(&tx) {
-                Ok(()) => {
-                    applied = true;
-                    StorageResult::Ok
-                }
-                Err(StorageError::Conflict { fenced, stale }) => StorageResult::Conflict {
-                    message: format!("stale seq for {}", stale.join(", ")),
-                    fenced,
-                    stale,
-                },
-                Err(e) => StorageResult::Unavailable {
-                    message: e.to_string(),
-                },
-            }
-        };
-        let result = if self.bugs.ignore_commit_failures
-            && matches!(result, StorageResult::Unavailable { .. })
-        {
-            StorageResult::Ok
-        } else {
-            result
-        };
-        if self.trace {
-            let ids: Vec<&str> = batch
-                .executions
-                .iter()
-                .map(|a| a.execution_id.as_str())
-                .collect();
-            println!("          batch {} {ids:?} -> {result:?}", batch.id);
-        }
-        if applied {
-            self.check_batch(&batch);
-        }
-        let effects = self.engine_handle(Input::Stored {
-            batch: batch.id,
-            result,
-        });
-        self.run_effects(effects);
-        if applied {
-            self.check_live(&batch);
-        }
-    }
-
-    fn reload_done(&mut self, inc: u64, ids: Vec<String>) {
-        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
-            return;
-        }
-        let executions = ids
-            .into_iter()
-            .map(|id| StoredExecution {
-                events: self.store.events(&id),
-                execution_id: id,
-            })
-            .collect();
-        let effects = self.engine_handle(Input::Reloaded { executions });
-        self.run_effects(effects);
     }
 
     // ---- the network ---------------------------------------------------
@@ -879,8 +512,7 @@ impl World {
             .map(|(k, _)| *k);
         if let Some(rid) = rid {
             s.pending.remove(&rid);
-            let effects = self.engine_handle(Input::Abandoned { id: rid });
-            self.run_effects(effects);
+            self.feed(NodeInput::Abandoned { id: rid });
         }
     }
 
@@ -958,7 +590,7 @@ impl World {
             let live = self
                 .server
                 .as_ref()
-                .and_then(|s| s.engine.projection(&a.execution_id).cloned());
+                .and_then(|s| s.node.engine().projection(&a.execution_id).cloned());
             if let Err(v) = self.check_execution(&a.execution_id, live.as_ref()) {
                 self.fail(v);
                 return;
@@ -1001,7 +633,7 @@ impl World {
         let workflows = &self.workflows;
         let bound = self.cfg.liveness_ms_max;
         let mut stuck: BTreeMap<String, Violation> = BTreeMap::new();
-        let live_engine = self.server.as_ref().map(|s| &s.engine);
+        let live_engine = self.server.as_ref().map(|s| s.node.engine());
         let back = self.clock_back_total + self.clock_back_pending;
         let mut facts: BTreeMap<&str, Vec<&Fact>> = BTreeMap::new();
         for f in &self.facts {
@@ -1063,14 +695,14 @@ impl World {
             .for_each(|row, events| rows.push((row.clone(), events.to_vec())));
         for (i, (row, events)) in rows.iter().enumerate() {
             let id = u64::MAX - i as u64;
-            let effects = self.engine_handle(Input::Request {
+            let ios = self.node_handle(NodeInput::Request {
                 id,
                 request: Request::GetExecution {
                     execution_id: row.id.clone(),
                 },
             });
-            let reply = effects.into_iter().find_map(|e| match e {
-                Effect::Reply { request, response } if request == id => Some(response),
+            let reply = ios.into_iter().find_map(|io| match io {
+                Io::Reply { request, response } if request == id => Some(response),
                 _ => None,
             });
             let response = reply.unwrap_or_else(|| Response::error(599, "NO_REPLY", "no reply"));
@@ -1085,14 +717,14 @@ impl World {
         }
         let mut all = true;
         self.store.for_each(|row, _| {
-            all &= orbit_io_tokio::storage::is_terminal(&row.status);
+            all &= orbit_core::store::is_terminal(&row.status);
         });
         all
     }
 }
 
 /// The "derive the key from the attempt" bug, applied to a poll answer.
-fn plant_key_from_attempt(response: &mut Response) {
+pub(super) fn plant_key_from_attempt(response: &mut Response) {
     let Some(tasks) = response
         .body
         .get_mut("tasks")
@@ -1123,10 +755,12 @@ fn describe(ev: &Ev) -> String {
             let short: String = body.chars().take(160).collect();
             format!("net -> {to:?}#{req}: {} {short}", response.status)
         }
-        Ev::CommitDone { inc, batch } => {
-            let n: usize = batch.executions.iter().map(|a| a.events.len()).sum();
-            format!("commit batch {} (incarnation {inc}, {n} events)", batch.id)
-        }
+        Ev::CommitDone { inc, commit } => format!(
+            "group commit {} (incarnation {inc}, {} batches, {} events)",
+            commit.id,
+            commit.batches.len(),
+            commit.events()
+        ),
         other => format!("{other:?}").chars().take(160).collect(),
     }
 }

@@ -206,7 +206,7 @@ fn a_stored_projection_that_differs_from_the_fold_breaks_invariant_5() {
     let h = history(vec![EventKind::WorkflowCompleted {
         output: json!({"n": 1}),
     }]);
-    let mut row = orbit_io_tokio::storage::ExecutionRow {
+    let mut row = orbit_core::store::ExecutionRow {
         id: "x".into(),
         workflow: "Plain".into(),
         version: "1.0.0".into(),
@@ -314,7 +314,7 @@ fn an_unfinished_execution_breaks_invariant_8() {
 #[test]
 fn a_committed_execution_that_reads_back_differently_breaks_invariant_2() {
     let h = history(vec![]);
-    let row = orbit_io_tokio::storage::ExecutionRow {
+    let row = orbit_core::store::ExecutionRow {
         id: "x".into(),
         workflow: "Plain".into(),
         version: "1.0.0".into(),

@@ -2,9 +2,9 @@
 //! so it cannot drift from the real backends; plus its crash model.
 #![allow(clippy::unwrap_used)]
 
+use orbit_core::store::contract::{self, append};
+use orbit_core::store::{Storage, StorageError, Transaction};
 use orbit_io_sim::store::{SimStore, StoreBug};
-use orbit_io_tokio::storage::contract::{self, append};
-use orbit_io_tokio::storage::{Storage, StorageError, Transaction};
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
@@ -21,7 +21,7 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
-fn tx(appends: Vec<orbit_io_tokio::storage::Append>) -> Transaction {
+fn tx(appends: Vec<orbit_core::store::Append>) -> Transaction {
     Transaction {
         appends,
         ..Transaction::default()

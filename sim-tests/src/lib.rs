@@ -1,9 +1,13 @@
 //! `orbit-sim-tests`: named simulation scenarios run over fixed seeds in CI
-//! (`tests/`), and the `orbit-sim` explorer binary that runs many seeds and
-//! prints a one-line repro for each failure.
+//! (`tests/`), the networked simulation of the real server ([`net`], which
+//! depends on `orbit-server` and tokio and so lives here rather than in
+//! `orbit-io-sim`), and the `orbit-sim` explorer binary that runs many seeds
+//! and prints a one-line repro for each failure.
 //!
-//! This library holds what both share: parsing seeds, running a set of
+//! This library holds what they share: parsing seeds, running a set of
 //! seeds of a scenario, and `ORBIT_SEED` handling.
+
+pub mod net;
 
 use orbit_io_sim::{run, Report, Scenario};
 

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 use orbit_io_sim::check::Invariant;
-use orbit_io_sim::net::{run, NetConfig};
 use orbit_io_sim::store::StoreBug;
+use orbit_sim_tests::net::{run, NetConfig};
 
 /// The CI seeds, or the one in `ORBIT_SEED`.
 fn seeds() -> Vec<u64> {

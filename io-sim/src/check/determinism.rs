@@ -5,7 +5,7 @@
 
 use super::{Invariant, Violation};
 use orbit_core::history::{Event, Projection};
-use orbit_io_tokio::storage::ExecutionRow;
+use orbit_core::store::ExecutionRow;
 
 /// Compares the fold of `events` with the stored row and, when the server
 /// is up, with the engine's projection.

@@ -118,7 +118,7 @@ pub fn check(fact: &Fact, events: &[Event]) -> Result<(), Violation> {
 /// Checks that the server's answer to `GET /v1/executions/{id}` agrees with
 /// the committed row: the execution exists and has the stored status.
 pub fn read_back(
-    row: &orbit_io_tokio::storage::ExecutionRow,
+    row: &orbit_core::store::ExecutionRow,
     events: &[Event],
     response: &orbit_core::engine::Response,
 ) -> Result<(), Violation> {

@@ -159,6 +159,7 @@ impl Executor {
                 });
             }
             tokio::select! {
+                biased;
                 Some((polled, r)) = polls_rx.recv() => {
                     polling = false;
                     if is_shutdown(&r) {

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 /// A fixed-bucket histogram.
 #[derive(Debug)]
@@ -93,7 +92,8 @@ pub struct Metrics {
     /// [`Metrics::live_sessions`]).
     pub sessions: AtomicI64,
     units: Mutex<Units>,
-    contacts: Mutex<HashMap<String, Instant>>,
+    /// When each session was last heard from, on the driver's clock.
+    contacts: Mutex<HashMap<String, Millis>>,
     /// Group commits that failed.
     pub commit_failures: AtomicU64,
     /// Spans the collector accepted (`--otlp-endpoint`).
@@ -275,10 +275,11 @@ impl Metrics {
         out
     }
 
-    /// A worker session was registered or called.
-    pub fn session_seen(&self, session_id: &str) {
+    /// A worker session was registered or called at `now` (the driver's
+    /// clock).
+    pub fn session_seen(&self, session_id: &str, now: Millis) {
         let mut contacts = self.contacts.lock().unwrap_or_else(|e| e.into_inner());
-        contacts.insert(session_id.to_owned(), Instant::now());
+        contacts.insert(session_id.to_owned(), now);
     }
 
     /// A worker session unregistered or is unknown to the engine.
@@ -287,11 +288,11 @@ impl Metrics {
         contacts.remove(session_id);
     }
 
-    /// Counts sessions heard from within `timeout` (the engine expires the
+    /// Counts sessions heard from within `timeout_ms` of `now` (the engine expires the
     /// others), forgets the rest, and updates the `sessions` gauge.
-    pub fn live_sessions(&self, timeout: Duration) -> usize {
+    pub fn live_sessions(&self, timeout_ms: Millis, now: Millis) -> usize {
         let mut contacts = self.contacts.lock().unwrap_or_else(|e| e.into_inner());
-        contacts.retain(|_, seen| seen.elapsed() <= timeout);
+        contacts.retain(|_, seen| now.saturating_sub(*seen) <= timeout_ms);
         let n = contacts.len();
         self.sessions
             .store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);

@@ -1,10 +1,10 @@
-//! The production driver: one tokio task owns the core [`Engine`], takes
-//! requests over a channel (each with a oneshot for its reply), feeds it the
-//! time (a 100 ms ticker plus the engine's `WakeAt`), and executes its
-//! effects — appends through [`Storage`] with group commit, reloads, replies
-//! and committed-event notifications.
+//! The production driver: one tokio task owns the core's node loop (the
+//! [`Engine`] inside `orbit_core::node::Node`), takes requests over a
+//! channel (each with a oneshot for its reply), feeds it the time when it
+//! asks, and performs its I/O — group commits through [`Storage`], loads,
+//! replies and committed-event notifications.
 
-pub mod convert;
+pub use orbit_core::store::convert;
 mod event_loop;
 mod metrics;
 
@@ -12,8 +12,9 @@ pub use convert::LOCAL_NODE;
 pub use metrics::{Histogram, Metrics};
 
 use crate::storage::{Storage, StorageError};
-use orbit_core::engine::{Config, Engine, Input, Request, RequestId, Response};
+use orbit_core::engine::{Config, Engine, Request, RequestId, Response};
 use orbit_core::history::{Event, Millis};
+use orbit_core::node::{Node, NodeInput};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -61,7 +62,10 @@ pub(crate) enum Command {
     Shutdown(oneshot::Sender<()>),
 }
 
-/// Milliseconds since the Unix epoch from the system clock.
+/// Milliseconds since the Unix epoch from the system clock: the one place
+/// the production driver reads the wall clock ([`Sources::default`]). The
+/// engine, the idempotency edge and purge, and the metrics all read the
+/// time through [`Driver::now`] instead.
 pub fn now_ms() -> Millis {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -74,7 +78,7 @@ pub fn now_ms() -> Millis {
 #[derive(Clone)]
 pub struct Sources {
     /// Milliseconds since the Unix epoch.
-    pub clock: Arc<dyn Fn() -> Millis + Send + Sync>,
+    pub clock: Clock,
     /// A new identifier, never returned before.
     pub ids: Arc<dyn Fn() -> String + Send + Sync>,
 }
@@ -102,7 +106,11 @@ struct Shared {
     ready: AtomicBool,
     store: Arc<dyn Storage>,
     session_timeout_ms: Millis,
+    clock: Clock,
 }
+
+/// The driver's clock: milliseconds since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> Millis + Send + Sync>;
 
 /// A cheap, cloneable handle on the running driver.
 #[derive(Clone)]
@@ -178,10 +186,11 @@ impl Driver {
         let events: usize = executions.iter().map(|e| e.events.len()).sum();
         let execution_count = executions.len();
         let ids = sources.ids.clone();
-        let mut engine = Engine::new(options.engine.clone(), Box::new(move || ids()));
-        let initial = engine.handle(
+        let engine = Engine::new(options.engine.clone(), Box::new(move || ids()));
+        let mut node = Node::new(engine, event_loop::node_config(&options));
+        let initial = node.handle(
             now,
-            Input::Recover {
+            NodeInput::Recover {
                 definitions,
                 executions,
                 idempotency,
@@ -203,16 +212,10 @@ impl Driver {
             ready: AtomicBool::new(false),
             store: store.clone(),
             session_timeout_ms: options.engine.session_timeout_ms,
+            clock: sources.clock.clone(),
         });
-        let event_loop = event_loop::EventLoop::new(
-            engine,
-            store,
-            rx,
-            committed,
-            metrics,
-            &options,
-            sources.clock,
-        );
+        let event_loop =
+            event_loop::EventLoop::new(node, store, rx, committed, metrics, sources.clock);
         tokio::spawn(event_loop.run(initial));
         shared.ready.store(true, Ordering::SeqCst);
         Ok(Driver { shared })
@@ -225,7 +228,7 @@ impl Driver {
         let (tx, rx) = oneshot::channel();
         let session = session_of(&request).map(str::to_owned);
         if let Some(id) = &session {
-            self.shared.metrics.session_seen(id);
+            self.shared.metrics.session_seen(id, self.now());
         }
         if self
             .shared
@@ -250,13 +253,14 @@ impl Driver {
             return shutting_down();
         };
         let metrics = &self.shared.metrics;
+        let now = self.now();
         match (&session, response.status) {
             (Some(id), 404) => metrics.session_gone(id),
             (Some(id), 200) if unregisters(&response) => metrics.session_gone(id),
-            (Some(id), _) => metrics.session_seen(id),
+            (Some(id), _) => metrics.session_seen(id, now),
             (None, 200) => {
                 if let Some(new) = response.body.get("session_id").and_then(|v| v.as_str()) {
-                    metrics.session_seen(new);
+                    metrics.session_seen(new, now);
                 }
             }
             _ => {}
@@ -271,9 +275,24 @@ impl Driver {
 
     /// The driver's metrics (the session gauge refreshed).
     pub fn metrics(&self) -> &Metrics {
-        let timeout = Duration::from_millis(self.shared.session_timeout_ms);
-        self.shared.metrics.live_sessions(timeout);
+        self.shared
+            .metrics
+            .live_sessions(self.shared.session_timeout_ms, self.now());
         &self.shared.metrics
+    }
+
+    /// The driver's time: the clock the engine runs on. Everything around
+    /// the driver that needs the time (idempotency expiry and purge,
+    /// metrics) reads it here, so a simulation's virtual clock is the only
+    /// time they see.
+    pub fn now(&self) -> Millis {
+        (self.shared.clock)()
+    }
+
+    /// The driver's clock itself, for tasks that outlive a borrow of the
+    /// driver.
+    pub fn clock(&self) -> Clock {
+        self.shared.clock.clone()
     }
 
     /// The store the driver commits to (for reads and health checks).

@@ -6,11 +6,11 @@
 //! commit does not grow with round trips per execution.
 
 use super::lease::LeaderFence;
-use super::records::{
+use super::{check_appends, Owner, Storage, StorageError};
+use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
-use super::{Storage, StorageError};
 use async_trait::async_trait;
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -168,8 +168,9 @@ impl PostgresStore {
         }
     }
 
-    /// Checks every append against the locked rows, so a conflict names all
-    /// the executions concerned and nothing is written.
+    /// Checks every append against the locked rows with the shared conflict
+    /// rule ([`check_appends`]), so a conflict names all the executions
+    /// concerned and nothing is written.
     async fn check(conn: &mut sqlx::PgConnection, appends: &[Append]) -> Result<(), StorageError> {
         let mut ids: Vec<String> = appends.iter().map(|a| a.execution_id.clone()).collect();
         ids.sort();
@@ -200,42 +201,13 @@ impl PostgresStore {
                 ),
             );
         }
-        let mut fenced = Vec::new();
-        let mut stale = Vec::new();
-        for append in appends {
-            let state = current
-                .entry(append.execution_id.clone())
-                .or_insert_with(|| (0, String::new(), 0));
-            let (last_seq, owner_node, owner_epoch) = state.clone();
-            if let Some(fence) = &append.fence {
-                let other_owner = !owner_node.is_empty() && owner_node != fence.node_id;
-                if owner_epoch > fence.epoch || (other_owner && owner_epoch >= fence.epoch) {
-                    fenced.push(append.execution_id.clone());
-                    continue;
-                }
-            }
-            let contiguous = append
-                .events
-                .iter()
-                .enumerate()
-                .all(|(i, e)| e.seq == append.after_seq + 1 + i as u64);
-            if last_seq != append.after_seq || !contiguous {
-                stale.push(append.execution_id.clone());
-                continue;
-            }
-            // A later append of the same execution in this batch continues
-            // from this one.
-            state.0 = append.events.last().map_or(append.after_seq, |e| e.seq);
-            if let Some(fence) = &append.fence {
-                state.1 = fence.node_id.clone();
-                state.2 = fence.epoch;
-            }
-        }
-        if fenced.is_empty() && stale.is_empty() {
-            Ok(())
-        } else {
-            Err(StorageError::Conflict { fenced, stale })
-        }
+        check_appends(appends, |id| {
+            current.get(id).map(|(last_seq, node_id, epoch)| Owner {
+                last_seq: *last_seq,
+                node_id,
+                epoch: *epoch,
+            })
+        })
     }
 
     async fn apply(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {

@@ -2,11 +2,11 @@
 //! pool of readers, versioned migrations run at open, one transaction per
 //! commit.
 
-use super::records::{
+use super::{check_appends, Owner, Storage, StorageError};
+use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
-use super::{Storage, StorageError};
 use async_trait::async_trait;
 use orbit_core::history::Event;
 use sqlx::sqlite::{
@@ -177,9 +177,8 @@ impl SqliteStore {
     }
 
     /// Checks every append against the stored rows (one query for all of
-    /// them), so a conflict names all the executions concerned and nothing
-    /// is written. Each append is checked against the row as stored before
-    /// this transaction.
+    /// them) with the shared conflict rule ([`check_appends`]), so a
+    /// conflict names all the executions concerned and nothing is written.
     async fn check(
         conn: &mut sqlx::SqliteConnection,
         appends: &[Append],
@@ -204,33 +203,13 @@ impl SqliteStore {
                 ),
             );
         }
-        let absent = (0, String::new(), 0);
-        let mut fenced = Vec::new();
-        let mut stale = Vec::new();
-        for append in appends {
-            let (last_seq, owner_node, owner_epoch) =
-                current.get(&append.execution_id).unwrap_or(&absent);
-            if let Some(fence) = &append.fence {
-                let other_owner = !owner_node.is_empty() && *owner_node != fence.node_id;
-                if *owner_epoch > fence.epoch || (other_owner && *owner_epoch >= fence.epoch) {
-                    fenced.push(append.execution_id.clone());
-                    continue;
-                }
-            }
-            let contiguous = append
-                .events
-                .iter()
-                .enumerate()
-                .all(|(i, e)| e.seq == append.after_seq + 1 + i as u64);
-            if *last_seq != append.after_seq || !contiguous {
-                stale.push(append.execution_id.clone());
-            }
-        }
-        if fenced.is_empty() && stale.is_empty() {
-            Ok(())
-        } else {
-            Err(StorageError::Conflict { fenced, stale })
-        }
+        check_appends(appends, |id| {
+            current.get(id).map(|(last_seq, node_id, epoch)| Owner {
+                last_seq: *last_seq,
+                node_id,
+                epoch: *epoch,
+            })
+        })
     }
 
     /// Every event of every append, in multi-row `INSERT ... VALUES`
@@ -844,7 +823,7 @@ mod tests {
 
     use super::*;
     use crate::storage::contract::append;
-    use crate::storage::records::Fence;
+    use crate::storage::Fence;
     use serde_json::json;
 
     async fn open(dir: &tempfile::TempDir) -> SqliteStore {

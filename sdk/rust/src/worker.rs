@@ -251,16 +251,20 @@ impl Worker {
     {
         let inner = &self.inner;
         tokio::pin!(shutdown);
+        // `biased;` throughout: a seeded simulation must not depend on
+        // tokio's random branch order; shutdown is checked first.
         let session = tokio::select! {
-            r = inner.register() => r?,
+            biased;
             _ = &mut shutdown => return Ok(()),
+            r = inner.register() => r?,
         };
         tracing::info!(worker = %inner.worker_id, session = %session, "worker registered");
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let heartbeats = tokio::spawn(Arc::clone(inner).heartbeat_loop(stop_rx));
         let result = tokio::select! {
-            r = Arc::clone(inner).poll_loop() => r,
+            biased;
             _ = &mut shutdown => Ok(()),
+            r = Arc::clone(inner).poll_loop() => r,
         };
         inner.drain().await;
         let _ = stop_tx.send(true);
@@ -439,8 +443,9 @@ impl Inner {
                 self.backoff.delay(failures)
             };
             tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
+                biased;
                 _ = stop.changed() => return,
+                _ = tokio::time::sleep(delay) => {}
             }
             if *stop.borrow() {
                 return;

@@ -20,13 +20,14 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use orbit_core::engine::IdempotencyScope;
+use orbit_io_tokio::driver::Clock;
 use orbit_io_tokio::storage::Storage;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The request header naming the key.
 pub const KEY_HEADER: &str = "idempotency-key";
@@ -198,6 +199,8 @@ pub struct Guard {
     pub wait: Duration,
     /// Largest body accepted (`--max-body`).
     pub max_body: usize,
+    /// The driver's clock (record expiry is judged on the engine's time).
+    pub clock: Clock,
 }
 
 impl std::fmt::Debug for Guard {
@@ -208,13 +211,6 @@ impl std::fmt::Debug for Guard {
             .field("max_body", &self.max_body)
             .finish_non_exhaustive()
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// Reads a whole body of at most `max` bytes.
@@ -298,7 +294,7 @@ async fn handle(guard: Guard, request: Request, next: Next) -> Result<Response, 
     };
     let record = guard
         .store
-        .idempotency("", &scope, now_ms())
+        .idempotency("", &scope, (guard.clock)())
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "idempotency records unreadable");

@@ -90,14 +90,18 @@ pub async fn serve(
         .keep_alive(true);
     tokio::pin!(shutdown);
     loop {
+        // `biased;`: shutdown first, and no random branch order.
         let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
             p = permits.clone().acquire_owned() => match p {
                 Ok(p) => p,
                 Err(_) => break,
             },
-            () = &mut shutdown => break,
         };
         let stream = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
@@ -107,7 +111,6 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());

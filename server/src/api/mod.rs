@@ -88,6 +88,7 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         in_flight: idempotency::InFlight::default(),
         wait: options.in_flight_wait,
         max_body,
+        clock: state.driver.clock(),
     };
     let document = openapi::serve(options.auth.is_some());
     let router = Router::new()

@@ -6,7 +6,7 @@ use crate::api::{self, limits, AppState, DEFAULT_MAX_BODY};
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config;
 use orbit_io_tokio::builtin::{self, allow::AllowPattern};
-use orbit_io_tokio::driver::{self, Driver};
+use orbit_io_tokio::driver::{self, Clock, Driver};
 use orbit_io_tokio::storage::{
     PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
 };
@@ -280,7 +280,7 @@ fn spawn_chores(
     http_options: &builtin::HttpOptions,
     otlp: Option<&str>,
 ) -> Result<Vec<tokio::task::AbortHandle>, ServerError> {
-    let purge = tokio::spawn(purge_expired(driver.store().clone()));
+    let purge = tokio::spawn(purge_expired(driver.store().clone(), driver.clock()));
     let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
     let http = builtin::spawn(driver.clone(), http_options.clone()).map_err(ServerError::Usage)?;
     tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
@@ -448,17 +448,14 @@ async fn serve_cluster(
 /// How often expired idempotency records are deleted.
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 
-/// Deletes expired idempotency records now and then, off the request path.
-async fn purge_expired(store: Arc<dyn Storage>) {
+/// Deletes expired idempotency records now and then, off the request path,
+/// judging expiry on the driver's clock.
+async fn purge_expired(store: Arc<dyn Storage>, clock: Clock) {
     let mut tick = tokio::time::interval(PURGE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        match store.purge_idempotency(now).await {
+        match store.purge_idempotency(clock()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(purged = n, "expired idempotency records deleted"),
             Err(e) => tracing::warn!(error = %e, "cannot purge idempotency records"),

@@ -8,7 +8,7 @@
 
 use orbit_io_sim::config::FAULT_KINDS;
 use orbit_io_sim::report::{EXIT_CORRECTNESS, EXIT_CRASH, EXIT_LIVENESS, EXIT_OK, EXIT_USAGE};
-use orbit_io_sim::{run_with, Bug, RunOptions, Scenario, SimConfig};
+use orbit_io_sim::{run_with, Bug, NodeStats, RunOptions, Scenario, SimConfig};
 use orbit_sim_tests::parse_seed;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -177,6 +177,7 @@ fn many(a: &Args) -> i32 {
     let mut failed = 0u64;
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut classes: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut node = NodeStats::default();
     for scenario in &a.scenarios {
         for seed in a.from..a.from.saturating_add(count) {
             let config = a.config(seed, *scenario);
@@ -186,6 +187,7 @@ fn many(a: &Args) -> i32 {
                 *faults.entry(k).or_default() += v;
             }
             *classes.entry(report.outcome.class()).or_default() += 1;
+            node.add(&report.stats.node);
             let code = report.outcome.exit_code();
             if code != EXIT_OK {
                 failed += 1;
@@ -220,6 +222,7 @@ fn many(a: &Args) -> i32 {
     println!("outcomes: {}", c.join(" "));
     let f: Vec<String> = faults.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("faults injected: {}", f.join(" "));
+    println!("node loop: {node}");
     worst
 }
 

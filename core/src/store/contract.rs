@@ -5,8 +5,9 @@
 
 use super::{Append, ExecutionRow, Fence, ListFilter, QueueOp, Storage, StorageError, Transaction};
 use super::{DefinitionRecord, IdempotencyRecord};
-use orbit_core::history::{Event, EventKind};
+use crate::history::{Event, EventKind};
 use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A failed conformance check: which one and why.
 #[derive(Debug, thiserror::Error)]
@@ -98,8 +99,12 @@ fn tx(appends: Vec<Append>) -> Transaction {
     }
 }
 
+/// A fresh id: `prefix` and a process-wide counter, so one process may run
+/// the suite many times against one store (each test gets a fresh store, so
+/// ids from other processes never meet these).
 fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4())
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Runs every check against `store`.
@@ -109,6 +114,9 @@ pub async fn run(store: &dyn Storage) -> Result<(), Violation> {
     stale_seq_is_a_conflict_and_applies_nothing(store).await?;
     gap_in_seq_is_a_conflict(store).await?;
     fenced_epoch_is_a_conflict(store).await?;
+    two_appends_for_one_execution_are_a_conflict(store).await?;
+    an_epoch_mismatch_fences_only_that_execution(store).await?;
+    idempotency_records_are_written_with_their_effect(store).await?;
     reads_return_exactly_what_was_committed(store).await?;
     list_is_newest_first_with_cursor(store).await?;
     a_large_group_commit_is_stored_whole(store).await?;
@@ -320,6 +328,185 @@ pub async fn fenced_epoch_is_a_conflict(store: &dyn Storage) -> Result<(), Viola
         store.history(&a, 0, 100).await.map_err(io(C))?.len() == 3,
         "owner writes lost"
     );
+    Ok(())
+}
+
+/// One transaction holds at most one append per execution: a second one —
+/// even one that would continue the first — is a `Conflict` naming the
+/// execution as stale, and nothing of the transaction is written.
+pub async fn two_appends_for_one_execution_are_a_conflict(
+    store: &dyn Storage,
+) -> Result<(), Violation> {
+    const C: &str = "two_appends_for_one_execution_are_a_conflict";
+    let a = unique("twice");
+    let b = unique("twice-innocent");
+    store
+        .commit(&tx(vec![append(&a, 0, 1)]))
+        .await
+        .map_err(io(C))?;
+    let twice = tx(vec![append(&b, 0, 1), append(&a, 1, 2), append(&a, 2, 3)]);
+    match store.commit(&twice).await {
+        Err(StorageError::Conflict { fenced, stale }) => {
+            ensure!(
+                C,
+                stale == vec![a.clone()] && fenced.is_empty(),
+                "conflict named stale {stale:?}, fenced {fenced:?}"
+            );
+        }
+        other => return Err(fail(C, format!("expected Conflict, got {other:?}"))),
+    }
+    let h = store.history(&a, 0, 100).await.map_err(io(C))?;
+    ensure!(C, h == events(1, 1), "{a} changed: {h:?}");
+    ensure!(
+        C,
+        store.execution(&b).await.map_err(io(C))?.is_none(),
+        "innocent append was applied"
+    );
+    // The same two appends for a new execution, both from seq 0.
+    let c = unique("twice-new");
+    let r = store
+        .commit(&tx(vec![append(&c, 0, 1), append(&c, 0, 2)]))
+        .await;
+    ensure!(
+        C,
+        matches!(&r, Err(StorageError::Conflict { stale, .. }) if stale == &vec![c.clone()]),
+        "two creations gave {r:?}"
+    );
+    ensure!(
+        C,
+        store.execution(&c).await.map_err(io(C))?.is_none(),
+        "a doubly created execution was stored"
+    );
+    Ok(())
+}
+
+/// An append whose fence does not match the row (the same epoch but
+/// another node, or an older epoch of the same node) is a `Conflict`
+/// naming that execution as fenced — not stale, even when its `seq` is
+/// wrong too — and the transaction's other appends are not written.
+pub async fn an_epoch_mismatch_fences_only_that_execution(
+    store: &dyn Storage,
+) -> Result<(), Violation> {
+    const C: &str = "an_epoch_mismatch_fences_only_that_execution";
+    let owned = unique("owned");
+    let other = unique("bystander");
+    let fence = |node: &str, epoch: u64| {
+        Some(Fence {
+            node_id: node.to_owned(),
+            epoch,
+        })
+    };
+    let mut first = append(&owned, 0, 1);
+    first.fence = fence("n1", 4);
+    store.commit(&tx(vec![first])).await.map_err(io(C))?;
+    for (node, epoch, after) in [("n2", 4, 1), ("n1", 3, 1), ("n2", 4, 0)] {
+        let mut intruder = append(&owned, after, after + 1);
+        intruder.fence = fence(node, epoch);
+        let r = store
+            .commit(&tx(vec![append(&other, 0, 1), intruder]))
+            .await;
+        match r {
+            Err(StorageError::Conflict { fenced, stale }) => ensure!(
+                C,
+                fenced == vec![owned.clone()] && stale.is_empty(),
+                "({node}, {epoch}) named fenced {fenced:?}, stale {stale:?}"
+            ),
+            other => {
+                return Err(fail(
+                    C,
+                    format!("({node}, {epoch}) expected a fenced Conflict, got {other:?}"),
+                ))
+            }
+        }
+        ensure!(
+            C,
+            store.execution(&other).await.map_err(io(C))?.is_none(),
+            "the bystander was written beside a fenced append"
+        );
+    }
+    let mut owner = append(&owned, 1, 2);
+    owner.fence = fence("n1", 4);
+    store.commit(&tx(vec![owner])).await.map_err(io(C))?;
+    ensure!(
+        C,
+        store.history(&owned, 0, 100).await.map_err(io(C))?.len() == 2,
+        "the owner's write was lost"
+    );
+    Ok(())
+}
+
+/// An idempotency record is written in the same transaction as the effect
+/// it guards: a refused transaction stores neither, a committed one both;
+/// expired records are not read back.
+pub async fn idempotency_records_are_written_with_their_effect(
+    store: &dyn Storage,
+) -> Result<(), Violation> {
+    const C: &str = "idempotency_records_are_written_with_their_effect";
+    let a = unique("idem");
+    let scope = unique("idem-scope");
+    let record = |key: &str, expires_at: u64| IdempotencyRecord {
+        scope: scope.clone(),
+        key: key.to_owned(),
+        fingerprint: "fp".to_owned(),
+        status: 201,
+        body: format!("{{\"execution_id\":\"{a}\"}}"),
+        expires_at,
+    };
+    store
+        .commit(&tx(vec![append(&a, 0, 2)]))
+        .await
+        .map_err(io(C))?;
+    let mut refused = tx(vec![append(&a, 1, 2)]);
+    refused.idempotency.push(record("lost", 10_000));
+    let r = store.commit(&refused).await;
+    ensure!(
+        C,
+        matches!(r, Err(StorageError::Conflict { .. })),
+        "stale append gave {r:?}"
+    );
+    ensure!(
+        C,
+        store
+            .idempotency(&scope, "lost", 5_000)
+            .await
+            .map_err(io(C))?
+            .is_none(),
+        "a record was stored without its effect"
+    );
+    let mut kept = tx(vec![append(&a, 2, 3)]);
+    kept.idempotency.push(record("kept", 10_000));
+    kept.idempotency.push(record("old", 4_000));
+    store.commit(&kept).await.map_err(io(C))?;
+    let got = store
+        .idempotency(&scope, "kept", 5_000)
+        .await
+        .map_err(io(C))?;
+    ensure!(
+        C,
+        got == Some(record("kept", 10_000)),
+        "record read back as {got:?}"
+    );
+    ensure!(
+        C,
+        store.history(&a, 0, 100).await.map_err(io(C))?.len() == 3,
+        "the effect of the record is missing"
+    );
+    ensure!(
+        C,
+        store
+            .idempotency(&scope, "old", 5_000)
+            .await
+            .map_err(io(C))?
+            .is_none(),
+        "an expired record was read"
+    );
+    let live = store.idempotency_records(5_000).await.map_err(io(C))?;
+    let mine: Vec<&str> = live
+        .iter()
+        .filter(|r| r.scope == scope)
+        .map(|r| r.key.as_str())
+        .collect();
+    ensure!(C, mine == vec!["kept"], "live records {mine:?}");
     Ok(())
 }
 

@@ -4,10 +4,11 @@
 //! schedule sampled from the seed partitions, holds, delays and crashes.
 //! The core layer's checkers then judge the durable histories.
 
+use super::faulty::{FaultyStore, StoreFaults};
 use super::{sources, Listener, TurmoilTransport, NET_EPOCH_MS};
-use crate::check::{self, durability::Fact, Invariant, Violation};
-use crate::store::{SimStore, StoreBug};
 use orbit_core::history::Event;
+use orbit_io_sim::check::{self, durability::Fact, Invariant, Violation};
+use orbit_io_sim::store::{SimStore, StoreBug};
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::Storage;
 use orbit_sdk::{Backoff, Client, Error, SourceFile, StartOptions, Task, TaskError, Worker};
@@ -87,6 +88,8 @@ pub struct NetConfig {
     pub schedule: Vec<(u64, Action)>,
     /// A planted store bug (for the tests proving the checks have teeth).
     pub store_bug: StoreBug,
+    /// Storage faults under the real driver during the safety phase.
+    pub store_faults: StoreFaults,
 }
 
 impl NetConfig {
@@ -130,16 +133,25 @@ impl NetConfig {
             }
             _ => true,
         });
+        let executions = rng.random_range(3..=8);
+        let max_latency_ms = rng.random_range(1..=50);
+        // Drawn last, so that the draws above stay what they were.
+        let store_faults = StoreFaults {
+            fail_probability: (rng.random_range(0.0..0.08f64) * 1000.0).round() / 1000.0,
+            ambiguous_probability: (rng.random_range(0.0..0.08f64) * 1000.0).round() / 1000.0,
+            until_ms: safety_ms,
+        };
         NetConfig {
             seed,
-            executions: rng.random_range(3..=8),
+            executions,
             workers,
-            max_latency_ms: rng.random_range(1..=50),
+            max_latency_ms,
             session_timeout_ms: 5_000,
             safety_ms,
             liveness_ms: 60_000,
             schedule,
             store_bug: StoreBug::None,
+            store_faults,
         }
     }
 }
@@ -148,14 +160,16 @@ impl fmt::Display for NetConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed={:#x} executions={} workers={} max_latency_ms={} session_timeout_ms={} safety_ms={} liveness_ms={} faults=[",
+            "seed={:#x} executions={} workers={} max_latency_ms={} session_timeout_ms={} safety_ms={} liveness_ms={} store_fail={} store_ambiguous={} faults=[",
             self.seed,
             self.executions,
             self.workers,
             self.max_latency_ms,
             self.session_timeout_ms,
             self.safety_ms,
-            self.liveness_ms
+            self.liveness_ms,
+            self.store_faults.fail_probability,
+            self.store_faults.ambiguous_probability
         )?;
         for (i, (at, a)) in self.schedule.iter().enumerate() {
             let sep = if i == 0 { "" } else { ", " };
@@ -243,6 +257,8 @@ fn retryable(e: &Error) -> bool {
 pub fn run(config: NetConfig) -> NetReport {
     let seed = config.seed;
     let store = Arc::new(SimStore::with_bug(config.store_bug));
+    let faulty = Arc::new(FaultyStore::new(store.clone(), config.store_faults, seed));
+    let store_counts = faulty.counts();
     let observed = Arc::new(Mutex::new(Observed::default()));
     let mut builder = turmoil::Builder::new();
     builder
@@ -256,7 +272,7 @@ pub fn run(config: NetConfig) -> NetReport {
 
     let counter = Arc::new(AtomicU64::new(1));
     {
-        let store = store.clone();
+        let store = faulty.clone();
         let options = Options {
             engine: orbit_core::engine::Config {
                 session_timeout_ms: config.session_timeout_ms,
@@ -437,6 +453,13 @@ pub fn run(config: NetConfig) -> NetReport {
     }
     let virtual_ms = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
     drop(sim);
+    for (k, v) in store_counts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
+        *faults.entry(k).or_default() += v;
+    }
 
     let observed = std::mem::take(&mut *observed.lock().unwrap_or_else(|e| e.into_inner()));
     let mut violations = Vec::new();

@@ -2,22 +2,25 @@
 //! the real io-tokio driver on the simulated store, real SDK workers and an
 //! SDK client, all hosts of one seeded turmoil simulation. Faults are
 //! network partitions that heal, held links that are released, message
-//! delay and server crashes and bounces; committed data lives in the
-//! [`SimStore`], which survives the crash. At the end the core layer's
+//! delay, server crashes and bounces, and storage faults under the real
+//! driver ([`FaultyStore`]: unavailable and ambiguous commits, failed
+//! reads); committed data lives in the
+//! [`SimStore`](orbit_io_sim::store::SimStore), which survives the crash. At the end the core layer's
 //! checkers run on the durable histories.
 //!
 //! Determinism: turmoil's network and the hosts' schedule come from the
 //! seed, the driver reads turmoil's virtual clock and draws ids from a
 //! seeded counter ([`Sources`]), and every id and key the client sends is
-//! derived from the seed. What remains outside the seed is tokio's
-//! `select!` branch order (seeded only under `--cfg tokio_unstable`) and the
-//! API's idempotency edge, which reads the system clock (see
-//! `docs/src/simulation/networked.md`).
+//! derived from the seed. The driver's `select!` is `biased;` (no random
+//! branch order), and the API's idempotency edge reads the driver's clock
+//! rather than the system's (see `docs/src/simulation/networked.md`).
 
+mod faulty;
 mod listener;
 mod scenario;
 mod transport;
 
+pub use faulty::{FaultyStore, StoreFaults};
 pub use listener::Listener;
 pub use scenario::{run, NetConfig, NetReport};
 pub use transport::TurmoilTransport;
@@ -26,10 +29,11 @@ use orbit_io_tokio::driver::Sources;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The simulation's wall-clock origin: 2100-01-01T00:00:00Z. It lies after
-/// the real date so that the API's idempotency records, whose expiry the
-/// server checks against the system clock, stay live during a run.
-pub const NET_EPOCH_MS: u64 = 4_102_444_800_000;
+/// The simulation's clock origin: zero. Nothing in the server reads the
+/// system clock — the engine, the idempotency edge and its purge, and the
+/// metrics all read the driver's clock, which is turmoil's virtual time —
+/// so a run's time starts where its virtual time does.
+pub const NET_EPOCH_MS: u64 = 0;
 
 /// The driver's clock and ids for one run: turmoil's virtual time since
 /// [`NET_EPOCH_MS`] and UUID-shaped ids from `seed` and a counter shared by

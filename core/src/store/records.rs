@@ -1,7 +1,7 @@
 //! The records storage reads and writes: a transaction as data, and the rows
 //! it returns.
 
-use orbit_core::history::{Event, Millis};
+use crate::history::{Event, Millis};
 use serde::{Deserialize, Serialize};
 
 /// One atomic write. Either all of it becomes durable or none of it.

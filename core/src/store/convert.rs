@@ -1,8 +1,8 @@
 //! Translation between the engine's batch format and the storage records,
 //! shared by the production driver and the simulation.
 
-use crate::storage::{self, Append, ExecutionRow, Fence, Transaction};
-use orbit_core::engine::{Batch, DefinitionRecord, IdempotencyRecord, StoredExecution, Summary};
+use super::{self as storage, Append, ExecutionRow, Fence, Transaction};
+use crate::engine::{Batch, DefinitionRecord, IdempotencyRecord, StoredExecution, Summary};
 
 /// The single-node owner name written with fenced appends.
 pub const LOCAL_NODE: &str = "local";
@@ -40,6 +40,16 @@ pub fn transaction(batch: &Batch, node: &str) -> Transaction {
         queue: Vec::new(),
         inbox_consumed: Vec::new(),
     }
+}
+
+/// Several engine batches as one storage transaction (a group commit), in
+/// order, their appends fenced by `node`.
+pub fn group_transaction(batches: &[Batch], node: &str) -> Transaction {
+    let mut tx = Transaction::default();
+    for b in batches {
+        tx.merge(transaction(b, node));
+    }
+    tx
 }
 
 /// The projection row of a summary.

@@ -1,0 +1,109 @@
+//! The storage contract both drivers commit through: a transaction as data
+//! ([`Transaction`]), the outcomes a commit can have ([`StorageError`]), the
+//! [`Storage`] trait the backends implement (SQLite and PostgreSQL in
+//! `orbit-io-tokio`, the simulated store in `orbit-io-sim`), the one rule
+//! that decides when an append conflicts ([`conflict`]), the conformance
+//! suite every backend passes ([`contract`]), and the translation between
+//! the engine's batches and these records ([`convert`]).
+//!
+//! The trait is async (through `async-trait`) but this module runs nothing:
+//! it names no executor and performs no I/O.
+
+pub mod conflict;
+pub mod contract;
+pub mod convert;
+mod records;
+
+pub use conflict::{check_appends, Owner};
+pub use records::{
+    Append, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter, QueueOp,
+    StoredExecution, Transaction,
+};
+
+use crate::history::Event;
+use async_trait::async_trait;
+
+/// Why a commit (or a read) did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// Nothing was applied; retrying later may work.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Nothing was applied: an append's expected `seq` was stale, or its
+    /// writer's epoch was fenced out by a newer owner.
+    #[error("conflict: fenced {fenced:?}, stale {stale:?}")]
+    Conflict {
+        /// Executions whose owner epoch is newer than the writer's.
+        fenced: Vec<String>,
+        /// Executions whose last committed `seq` differs from the expected one.
+        stale: Vec<String>,
+    },
+    /// The outcome is unknown (e.g. the connection failed during COMMIT): the
+    /// transaction may or may not be durable.
+    #[error("commit outcome unknown: {0}")]
+    Ambiguous(String),
+}
+
+/// A durable store of definitions, histories and execution projections.
+///
+/// Implementations: `SqliteStore` and `PostgresStore` (in `orbit-io-tokio`)
+/// and the simulation's `SimStore`; all pass the same [`contract`] suite and
+/// decide conflicts with [`check_appends`].
+#[async_trait]
+pub trait Storage: Send + Sync {
+    /// Applies `tx` atomically: every part of it, or nothing.
+    async fn commit(&self, tx: &Transaction) -> Result<(), StorageError>;
+    /// Every registered definition, oldest first.
+    async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError>;
+    /// Every non-terminal execution with its full history (for recovery).
+    async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError>;
+    /// Every execution, terminal ones included, with its full history,
+    /// oldest first.
+    async fn load_all(&self) -> Result<Vec<StoredExecution>, StorageError>;
+    /// Every idempotency record still live at `now`.
+    async fn idempotency_records(&self, now: u64) -> Result<Vec<IdempotencyRecord>, StorageError>;
+    /// How many executions have each status.
+    async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError>;
+    /// One execution with its full history, if it exists.
+    async fn load_execution(&self, id: &str) -> Result<Option<StoredExecution>, StorageError>;
+    /// One execution's projection, if it exists.
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRow>, StorageError>;
+    /// Events of one execution with `seq > after_seq`, in order, at most `limit`.
+    async fn history(
+        &self,
+        id: &str,
+        after_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StorageError>;
+    /// Executions matching `filter`, newest first.
+    async fn list_executions(&self, filter: &ListFilter)
+        -> Result<Vec<ExecutionRow>, StorageError>;
+    /// The live idempotency record for `(scope, key)` at time `now`.
+    async fn idempotency(
+        &self,
+        scope: &str,
+        key: &str,
+        now: u64,
+    ) -> Result<Option<IdempotencyRecord>, StorageError>;
+    /// The task-queue rows, oldest first.
+    async fn queue(&self) -> Result<Vec<QueueOp>, StorageError>;
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), StorageError>;
+    /// Deletes idempotency records expired at `now` (a background chore;
+    /// expired records are already ignored by every read). Returns how many
+    /// went. The default keeps them.
+    async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {
+        let _ = now;
+        Ok(0)
+    }
+    /// Checks that the store could take a write now (for `/readyz`). The
+    /// default only pings; backends override it with a real write check.
+    async fn check_writable(&self) -> Result<(), StorageError> {
+        self.ping().await
+    }
+}
+
+/// Whether an execution status is terminal.
+pub fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
+}

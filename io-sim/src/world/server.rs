@@ -1,0 +1,433 @@
+//! The simulated server: the core's node loop (`orbit_core::node::Node`,
+//! the same group commits, `Conflict` splits, reload backoff and ticks as
+//! production) around an unchanged engine, and the world performing the
+//! node's I/O against the [`SimStore`](crate::store::SimStore) — with seeded
+//! latency and faults that strike whole group commits: unavailable,
+//! ambiguous (landed or lost), slow, and a crash while commits are in
+//! flight (each lands whole or vanishes). Reads can fail too, which the
+//! node retries with backoff. Also the server's clock (offset, jumps and
+//! steps back at restarts), crashes and restarts.
+
+use super::{plant_key_from_attempt, Actor, Ev, Server, World};
+use crate::convert;
+use crate::rng::SeededIds;
+use orbit_core::engine::{Config, Engine, Request, Response, StoredExecution};
+use orbit_core::history::Millis;
+use orbit_core::node::{GroupCommit, Io, LoadId, Node, NodeConfig, NodeInput};
+use orbit_core::store::StorageError;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// How often the node ticks the engine besides its `WakeAt`s.
+pub(super) const TICK_EVERY_MS: Millis = 500;
+
+impl World {
+    pub(super) fn boot(&mut self) {
+        if let Some(old) = self.server.take() {
+            self.node_stats.add(old.node.stats());
+        }
+        self.incarnation += 1;
+        let ids = SeededIds::new(self.rng.next_u64());
+        let config = Config {
+            session_timeout_ms: self.cfg.session_timeout_ms,
+            max_active_executions: self.cfg.max_active_executions,
+            idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
+            ..Config::default()
+        };
+        let mut engine = Engine::new(config, Box::new(ids));
+        for bug in &self.plant {
+            engine.plant(*bug);
+        }
+        let node = Node::new(
+            engine,
+            NodeConfig {
+                commits_in_flight: self.cfg.commits_in_flight,
+                tick_ms: TICK_EVERY_MS,
+                ..NodeConfig::default()
+            },
+        );
+        self.server = Some(Server {
+            node,
+            inc: self.incarnation,
+            next_rid: 1,
+            pending: BTreeMap::new(),
+            silenced: BTreeSet::new(),
+            wake_gen: 0,
+        });
+        self.builtin_boot(self.incarnation);
+    }
+
+    /// Deploys the workload's definitions through the node, committed
+    /// without faults or latency.
+    pub(super) fn deploy(&mut self) -> Result<(), String> {
+        let mut ios = self.node_handle(NodeInput::Request {
+            id: 0,
+            request: Request::Deploy {
+                definitions: self.definitions.clone(),
+                idempotency: None,
+            },
+        });
+        let mut deployed = false;
+        while !ios.is_empty() {
+            let mut later = Vec::new();
+            for io in ios {
+                match io {
+                    Io::Commit(commit) => {
+                        let tx = convert::group_transaction(&commit.batches, convert::NODE);
+                        let result = self.store.apply(&tx);
+                        if let Err(e) = &result {
+                            return Err(format!("deploy failed: {e}"));
+                        }
+                        later.extend(self.node_handle(NodeInput::Committed {
+                            commit: commit.id,
+                            result,
+                        }));
+                    }
+                    Io::Reply {
+                        request: 0,
+                        response,
+                    } => {
+                        if response.status != 200 {
+                            return Err(format!("deploy refused: {}", response.body));
+                        }
+                        deployed = true;
+                    }
+                    other => self.run_io(vec![other]),
+                }
+            }
+            ios = later;
+        }
+        if deployed {
+            Ok(())
+        } else {
+            Err("deploy was not answered".into())
+        }
+    }
+
+    /// Steps the server's clock forward, or (sometimes) backwards at its
+    /// next restart, as an NTP correction of a clock that ran fast.
+    pub(super) fn clock_jump(&mut self) {
+        if !self.faults_on || self.cfg.faults.clock_jump_ms_max == 0 {
+            return;
+        }
+        let step = self.rng.between(100, self.cfg.faults.clock_jump_ms_max);
+        if self.rng.chance(self.cfg.faults.clock_back_probability) {
+            self.stats.fault("clock_step_back");
+            self.clock_back_pending += step;
+        } else {
+            self.stats.fault("clock_jump");
+            self.clock_offset += step as i64;
+        }
+    }
+
+    /// The server's clock: reference time plus its offset.
+    pub(super) fn server_now(&self) -> Millis {
+        self.now.saturating_add_signed(self.clock_offset)
+    }
+
+    /// Feeds the running node (nothing when the server is down).
+    pub(super) fn node_handle(&mut self, input: NodeInput) -> Vec<Io> {
+        let now = self.server_now();
+        match self.server.as_mut() {
+            Some(s) => s.node.handle(now, input),
+            None => Vec::new(),
+        }
+    }
+
+    /// Feeds the node and performs what it asks.
+    pub(super) fn feed(&mut self, input: NodeInput) {
+        let ios = self.node_handle(input);
+        self.run_io(ios);
+    }
+
+    pub(super) fn restart(&mut self) {
+        if self.server.is_some() {
+            return;
+        }
+        if self.faults_on && self.rng.chance(self.cfg.faults.clock_jump_probability) {
+            self.clock_jump();
+        }
+        if self.clock_back_pending > 0 {
+            self.clock_offset -= self.clock_back_pending as i64;
+            self.clock_back_total += self.clock_back_pending;
+            self.clock_back_pending = 0;
+        }
+        self.boot();
+        let definitions = self
+            .store
+            .definitions()
+            .iter()
+            .filter_map(convert::definition_from_store)
+            .collect();
+        let executions = self
+            .store
+            .all()
+            .into_iter()
+            .map(convert::execution_from_store)
+            .collect();
+        let idempotency = self
+            .store
+            .live_idempotency(self.server_now())
+            .iter()
+            .map(convert::idempotency_from_store)
+            .collect();
+        self.feed(NodeInput::Recover {
+            definitions,
+            executions,
+            idempotency,
+        });
+        self.schedule_crash();
+    }
+
+    pub(super) fn schedule_crash(&mut self) {
+        let mean = self.cfg.faults.server_crash_interval_ms_mean;
+        if mean == 0 || !self.faults_on {
+            return;
+        }
+        // Sometimes crash again right away: during recovery.
+        let delay = if self.rng.chance(0.2) {
+            self.rng.between(0, 300)
+        } else {
+            self.rng.between(mean / 4, mean * 2)
+        };
+        if self.now + delay < self.faults_end_at {
+            self.at(delay, Ev::Crash);
+        }
+    }
+
+    pub(super) fn crash(&mut self) {
+        let Some(server) = self.server.take() else {
+            return;
+        };
+        self.stats.fault("server_crash");
+        self.node_stats.add(server.node.stats());
+        // Group commits in flight: each landed whole or vanished.
+        let inflight: Vec<(Millis, u64)> = self
+            .queue
+            .iter()
+            .filter(|(_, e)| matches!(e, Ev::CommitDone { inc, .. } if *inc == server.inc))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in inflight {
+            if let Some(Ev::CommitDone { commit, .. }) = self.queue.remove(&k) {
+                if self.rng.chance(0.5) {
+                    self.stats.fault("commit_landed_then_crash");
+                    let tx = convert::group_transaction(&commit.batches, convert::NODE);
+                    if self.store.apply(&tx).is_ok() {
+                        for b in &commit.batches {
+                            self.check_batch(b);
+                        }
+                    }
+                } else {
+                    self.stats.fault("commit_lost_in_crash");
+                }
+            }
+        }
+        self.store.crash();
+        self.builtin_crashed();
+        drop(server);
+        self.recheck_facts();
+        let delay = self
+            .rng
+            .between(10, self.cfg.faults.server_restart_ms_max.max(10));
+        self.at(delay, Ev::Restart);
+    }
+
+    pub(crate) fn deliver_to_server(&mut self, from: Actor, req: u64, request: Request) {
+        let Some(s) = self.server.as_mut() else {
+            return; // connection refused: the caller times out
+        };
+        let rid = s.next_rid;
+        s.next_rid += 1;
+        s.pending.insert(rid, (from, req));
+        if self.bugs.ack_before_commit && matches!(request, Request::Result { .. }) {
+            s.silenced.insert(rid);
+            let early = Response::ok(200, serde_json::json!({"accepted": true}));
+            self.send_to_actor(from, req, early);
+        }
+        self.feed(NodeInput::Request { id: rid, request });
+    }
+
+    /// Performs the node's I/O.
+    pub(crate) fn run_io(&mut self, ios: Vec<Io>) {
+        let Some(inc) = self.server.as_ref().map(|s| s.inc) else {
+            return;
+        };
+        for io in ios {
+            match io {
+                Io::Commit(commit) => {
+                    let latency = if self.faults_on
+                        && self.rng.chance(self.cfg.faults.store_slow_probability)
+                    {
+                        self.stats.fault("store_slow");
+                        self.rng
+                            .between(50, self.cfg.faults.store_slow_ms_max.max(50))
+                    } else {
+                        self.rng.between(0, 5)
+                    };
+                    self.mix(commit.id);
+                    self.at(latency, Ev::CommitDone { inc, commit });
+                }
+                Io::Load { id, executions } => {
+                    if self.bugs.drop_reloads {
+                        continue;
+                    }
+                    let latency = self.rng.between(1, 20);
+                    self.at(
+                        latency,
+                        Ev::ReloadDone {
+                            inc,
+                            load: id,
+                            ids: executions,
+                        },
+                    );
+                }
+                Io::Reply {
+                    request,
+                    mut response,
+                } => {
+                    let Some(s) = self.server.as_mut() else {
+                        continue;
+                    };
+                    let Some((actor, req)) = s.pending.remove(&request) else {
+                        continue;
+                    };
+                    if s.silenced.remove(&request) {
+                        continue;
+                    }
+                    if self.bugs.key_from_attempt {
+                        plant_key_from_attempt(&mut response);
+                    }
+                    self.mix(u64::from(response.status));
+                    self.send_to_actor(actor, req, response);
+                }
+                Io::WakeAt(t) => {
+                    let delay = t.saturating_sub(self.server_now());
+                    let Some(s) = self.server.as_mut() else {
+                        continue;
+                    };
+                    s.wake_gen += 1;
+                    let wake = s.wake_gen;
+                    self.at(delay, Ev::Tick { inc, wake });
+                }
+                Io::Committed { .. } => {}
+            }
+        }
+    }
+
+    /// The time a node asked for came (only its latest `WakeAt` counts).
+    pub(super) fn tick(&mut self, inc: u64, wake: u64) {
+        if self
+            .server
+            .as_ref()
+            .is_some_and(|s| s.inc == inc && s.wake_gen == wake)
+        {
+            self.feed(NodeInput::Time);
+        }
+    }
+
+    /// A group commit reaches the store: a fault strikes all of it, or the
+    /// store applies it whole (or refuses it with a `Conflict`).
+    pub(super) fn commit_done(&mut self, inc: u64, commit: Arc<GroupCommit>) {
+        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
+            return;
+        }
+        let tx = convert::group_transaction(&commit.batches, convert::NODE);
+        let many = commit.batches.len() > 1;
+        let f = &self.cfg.faults;
+        let (fail_p, ambiguous_p) = (
+            f.store_commit_fail_probability,
+            f.store_commit_ambiguous_probability,
+        );
+        let mut applied = false;
+        let result = if self.faults_on && self.rng.chance(fail_p) {
+            self.stats.fault("commit_unavailable");
+            Err(StorageError::Unavailable(
+                "simulated: database unreachable".into(),
+            ))
+        } else if self.faults_on && self.rng.chance(ambiguous_p) {
+            if self.rng.chance(0.5) {
+                self.stats.fault("commit_ambiguous_applied");
+                applied = self.store.apply(&tx).is_ok();
+            } else {
+                self.stats.fault("commit_ambiguous_lost");
+            }
+            Err(StorageError::Ambiguous(
+                "simulated: connection lost during COMMIT".into(),
+            ))
+        } else {
+            let r = self.store.apply(&tx);
+            applied = r.is_ok();
+            r
+        };
+        if many {
+            match &result {
+                Err(StorageError::Ambiguous(_)) => self.stats.fault("group_commit_ambiguous"),
+                Err(StorageError::Unavailable(_)) => self.stats.fault("group_commit_unavailable"),
+                Err(StorageError::Conflict { .. }) => self.stats.fault("group_commit_conflict"),
+                Ok(()) => {}
+            }
+        }
+        let result = if self.bugs.ignore_commit_failures
+            && matches!(result, Err(StorageError::Unavailable(_)))
+        {
+            Ok(())
+        } else {
+            result
+        };
+        if self.trace {
+            let ids: Vec<Vec<&str>> = commit
+                .batches
+                .iter()
+                .map(|b| {
+                    b.executions
+                        .iter()
+                        .map(|a| a.execution_id.as_str())
+                        .collect()
+                })
+                .collect();
+            println!("          commit {} {ids:?} -> {result:?}", commit.id);
+        }
+        if applied {
+            for b in &commit.batches {
+                self.check_batch(b);
+            }
+        }
+        self.feed(NodeInput::Committed {
+            commit: commit.id,
+            result,
+        });
+        if applied {
+            for b in &commit.batches {
+                self.check_live(b);
+            }
+        }
+    }
+
+    /// A load reaches the store: it answers what it holds, or (under
+    /// storage faults) the read fails and the node tries again later.
+    pub(super) fn reload_done(&mut self, inc: u64, load: LoadId, ids: Vec<String>) {
+        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
+            return;
+        }
+        let result = if self.faults_on
+            && self
+                .rng
+                .chance(self.cfg.faults.store_commit_fail_probability)
+        {
+            self.stats.fault("load_unavailable");
+            Err(StorageError::Unavailable(
+                "simulated: database unreachable".into(),
+            ))
+        } else {
+            Ok(ids
+                .into_iter()
+                .map(|id| StoredExecution {
+                    events: self.store.events(&id),
+                    execution_id: id,
+                })
+                .collect())
+        };
+        self.feed(NodeInput::Loaded { load, result });
+    }
+}
