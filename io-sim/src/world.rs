@@ -549,22 +549,18 @@ impl World {
             .iter()
             .filter_map(convert::definition_from_store)
             .collect();
+        // Work in progress only, as the production driver loads it.
         let executions = self
             .store
             .all()
             .into_iter()
+            .filter(|e| !orbit_io_tokio::storage::is_terminal(&e.row.status))
             .map(convert::execution_from_store)
-            .collect();
-        let idempotency = self
-            .store
-            .live_idempotency(self.server_now())
-            .iter()
-            .map(convert::idempotency_from_store)
             .collect();
         let effects = self.engine_handle(Input::Recover {
             definitions,
             executions,
-            idempotency,
+            idempotency: Vec::new(),
         });
         self.run_effects(effects);
         let inc = self.incarnation;
@@ -677,6 +673,11 @@ impl World {
                         },
                     );
                 }
+                Effect::Load {
+                    load,
+                    executions,
+                    idempotency,
+                } => self.load_now(load, executions, idempotency),
                 Effect::Reply {
                     request,
                     mut response,
@@ -779,6 +780,35 @@ impl World {
         if applied {
             self.check_live(&batch);
         }
+    }
+
+    /// An on-demand load, answered at once from the store (reads do not
+    /// fail in this world: only commits do).
+    fn load_now(&mut self, load: u64, ids: Vec<String>, keys: Vec<String>) {
+        let now = self.server_now();
+        let executions = ids
+            .into_iter()
+            .map(|id| StoredExecution {
+                events: self.store.events(&id),
+                execution_id: id,
+            })
+            .collect();
+        let idempotency = keys
+            .into_iter()
+            .map(|key| {
+                let record = self
+                    .store
+                    .live_record(&key, now)
+                    .map(|r| convert::idempotency_from_store(&r));
+                (key, record)
+            })
+            .collect();
+        let effects = self.engine_handle(Input::Loaded {
+            load,
+            executions,
+            idempotency,
+        });
+        self.run_effects(effects);
     }
 
     fn reload_done(&mut self, inc: u64, ids: Vec<String>) {

@@ -4,5 +4,6 @@
 
 pub mod api;
 pub mod bench;
+pub mod retention;
 pub mod sdk;
 pub mod ui;

@@ -46,6 +46,7 @@ pub(super) struct EventLoop {
     wake_at: Option<Millis>,
     reloads_tx: mpsc::UnboundedSender<Vec<StoredExecution>>,
     reloads_rx: mpsc::UnboundedReceiver<Vec<StoredExecution>>,
+    loads: super::load::Loads,
     clock: Arc<dyn Fn() -> Millis + Send + Sync>,
 }
 
@@ -75,6 +76,7 @@ impl EventLoop {
             wake_at: None,
             reloads_tx,
             reloads_rx,
+            loads: super::load::Loads::new(),
             clock,
         }
     }
@@ -133,6 +135,10 @@ impl EventLoop {
                     let effects = self.engine.handle((self.clock)(), Input::Reloaded { executions });
                     self.execute(effects);
                 }
+                Some(loaded) = self.loads.done.recv() => {
+                    let effects = self.engine.handle((self.clock)(), loaded);
+                    self.execute(effects);
+                }
                 _ = ticker.tick() => self.tick_engine(),
                 _ = sleep_for(wake_in) => {
                     self.wake_at = None;
@@ -156,6 +162,11 @@ impl EventLoop {
             match effect {
                 Effect::Append(batch) => self.pending.push_back(batch),
                 Effect::Reload { executions } => self.reload(executions),
+                Effect::Load {
+                    load,
+                    executions,
+                    idempotency,
+                } => self.load_on_demand(load, executions, idempotency),
                 Effect::Reply { request, response } => {
                     if let Some(reply) = self.replies.remove(&request) {
                         let _ = reply.send(response);
@@ -290,6 +301,18 @@ impl EventLoop {
             .commit_failures
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(error = %message, "group commit failed");
+    }
+
+    /// Reads what a parked request needs, off the loop, on reader
+    /// connections (see [`super::load`]).
+    fn load_on_demand(&self, load: u64, executions: Vec<String>, idempotency: Vec<String>) {
+        self.loads.spawn(
+            self.store.clone(),
+            self.clock.clone(),
+            load,
+            executions,
+            idempotency,
+        );
     }
 
     /// Reads the executions back from the store, retrying until it answers.

@@ -9,8 +9,10 @@ use super::records::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
-use super::{Storage, StorageError};
+use super::{ListPage, Purged, Storage, StorageError};
 use async_trait::async_trait;
+
+mod reads;
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
@@ -866,6 +868,18 @@ impl Storage for PostgresStore {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn list_page(&self, page: &ListPage) -> Result<Vec<ExecutionRow>, StorageError> {
+        self.page(page).await
+    }
+
+    async fn purge_finished(
+        &self,
+        finished_before: u64,
+        limit: u32,
+    ) -> Result<Purged, StorageError> {
+        self.purge(finished_before, limit).await
     }
 
     async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {

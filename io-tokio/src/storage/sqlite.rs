@@ -6,8 +6,10 @@ use super::records::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
-use super::{Storage, StorageError};
+use super::{ListPage, Purged, Storage, StorageError};
 use async_trait::async_trait;
+
+mod reads;
 use orbit_core::history::Event;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -810,6 +812,18 @@ impl Storage for SqliteStore {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn list_page(&self, page: &ListPage) -> Result<Vec<ExecutionRow>, StorageError> {
+        self.page(page).await
+    }
+
+    async fn purge_finished(
+        &self,
+        finished_before: u64,
+        limit: u32,
+    ) -> Result<Purged, StorageError> {
+        self.purge(finished_before, limit).await
     }
 
     async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {

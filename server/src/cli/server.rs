@@ -43,6 +43,15 @@ pub struct Args {
     /// How long API idempotency records are kept.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub idempotency_ttl: Duration,
+    /// Delete finished executions (with their children, histories and
+    /// queue rows) once their last event is older than this; `0` (the
+    /// default) keeps every history forever.
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub retention: Duration,
+    /// How many finished executions stay in the engine's memory after they
+    /// end (the most recent ones); the others are read from the store.
+    #[arg(long, default_value_t = orbit_core::engine::FINISHED_CACHE)]
+    pub finished_cache: usize,
     /// Auth file (TOML): named tokens with roles admin, client or worker,
     /// stored as SHA-256 hex. Without it every request is allowed.
     #[arg(long, env = "ORBIT_AUTH")]
@@ -193,6 +202,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
             max_active_executions: args.max_active_executions,
             idempotency_ttl_ms: millis(args.idempotency_ttl),
             epoch: None,
+            finished_cache: args.finished_cache,
         },
         commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
         ..driver::Options::default()
@@ -203,6 +213,13 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         max_body: args.max_body,
     };
     let purge = tokio::spawn(purge_expired(driver.store().clone()));
+    let retention = (!args.retention.is_zero()).then(|| {
+        tracing::info!(retention = ?args.retention, "deleting finished executions older than the retention");
+        tokio::spawn(orbit_server::retention::run(
+            driver.store().clone(),
+            args.retention,
+        ))
+    });
     let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
     let http = builtin::spawn(driver.clone(), http_options).map_err(ServerError::Usage)?;
     tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
@@ -251,6 +268,9 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     )
     .await;
     purge.abort();
+    if let Some(r) = retention {
+        r.abort();
+    }
     driver.shutdown().await;
     http.abort();
     Ok(())
