@@ -6,6 +6,7 @@
 //! and `sleepers` workloads run the server as a child process instead, to
 //! kill it and to read its memory.
 
+pub mod history;
 mod load;
 pub mod process;
 pub mod recovery;
