@@ -1093,16 +1093,43 @@ impl World {
             .for_each(|row, events| rows.push((row.clone(), events.to_vec())));
         for (i, (row, events)) in rows.iter().enumerate() {
             let id = u64::MAX - i as u64;
-            let effects = self.engine_handle(Input::Request {
+            let mut effects = self.engine_handle(Input::Request {
                 id,
                 request: Request::GetExecution {
                     execution_id: row.id.clone(),
                 },
             });
-            let reply = effects.into_iter().find_map(|e| match e {
-                Effect::Reply { request, response } if request == id => Some(response),
-                _ => None,
-            });
+            // A finished execution the engine no longer holds is loaded
+            // first: answer its load from the store at once.
+            let mut reply = None;
+            while reply.is_none() && !effects.is_empty() {
+                let mut next = Vec::new();
+                for e in effects {
+                    match e {
+                        Effect::Reply { request, response } if request == id => {
+                            reply = Some(response)
+                        }
+                        Effect::Load {
+                            load, executions, ..
+                        } => {
+                            let executions = executions
+                                .into_iter()
+                                .map(|x| StoredExecution {
+                                    events: self.store.events(&x),
+                                    execution_id: x,
+                                })
+                                .collect();
+                            next.extend(self.engine_handle(Input::Loaded {
+                                load,
+                                executions,
+                                idempotency: Vec::new(),
+                            }));
+                        }
+                        _ => {}
+                    }
+                }
+                effects = next;
+            }
             let response = reply.unwrap_or_else(|| Response::error(599, "NO_REPLY", "no reply"));
             check::durability::read_back(row, events, &response)?;
         }
