@@ -49,7 +49,10 @@ async fn complete(s: &Server, ids: &[&str]) {
     }
     for id in ids {
         let (_, body) = s
-            .post(&format!("/v1/executions/{id}/wait?timeout_ms=5000"), json!({}))
+            .post(
+                &format!("/v1/executions/{id}/wait?timeout_ms=5000"),
+                json!({}),
+            )
             .await;
         assert_eq!(body["status"], "completed", "{body}");
     }
@@ -118,13 +121,21 @@ async fn finished_executions_are_read_from_the_store_with_the_same_json() {
             "WorkflowCompleted"
         ]
     );
-    let (_, tail) = s.get("/v1/executions/a-1/history?after_seq=4&limit=1").await;
+    let (_, tail) = s
+        .get("/v1/executions/a-1/history?after_seq=4&limit=1")
+        .await;
     assert_eq!(tail["events"].as_array().unwrap().len(), 1);
     assert_eq!(tail["events"][0]["seq"], 5);
     let (status, body) = s.get("/v1/executions/nope").await;
-    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "UNKNOWN_EXECUTION"));
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::NOT_FOUND, "UNKNOWN_EXECUTION")
+    );
     let (status, body) = s.get("/v1/executions/nope/history").await;
-    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "UNKNOWN_EXECUTION"));
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::NOT_FOUND, "UNKNOWN_EXECUTION")
+    );
     // A wait on a finished execution is answered from the store at once.
     let (status, waited) = s.post("/v1/executions/a-1/wait", json!({})).await;
     assert_eq!((status, &waited), (StatusCode::OK, &view));
@@ -141,13 +152,27 @@ async fn list_pages_follow_the_cursor_newest_first_under_every_filter() {
     let (_, first) = s.get("/v1/executions?limit=2").await;
     assert_eq!(ids(&first), ["l-4", "l-3"]);
     let cursor = first["next_cursor"].as_str().unwrap().to_owned();
-    let (_, second) = s.get(&format!("/v1/executions?limit=2&cursor={cursor}")).await;
+    let (_, second) = s
+        .get(&format!("/v1/executions?limit=2&cursor={cursor}"))
+        .await;
     assert_eq!(ids(&second), ["l-2", "l-1"]);
     let cursor = second["next_cursor"].as_str().unwrap().to_owned();
-    let (_, last) = s.get(&format!("/v1/executions?limit=2&cursor={cursor}")).await;
-    assert_eq!((ids(&last), &last["next_cursor"]), (vec!["l-0".to_owned()], &Value::Null));
+    let (_, last) = s
+        .get(&format!("/v1/executions?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(
+        (ids(&last), &last["next_cursor"]),
+        (vec!["l-0".to_owned()], &Value::Null)
+    );
     let item = &first["executions"][0];
-    for field in ["workflow", "version", "status", "parent", "created_at", "updated_at"] {
+    for field in [
+        "workflow",
+        "version",
+        "status",
+        "parent",
+        "created_at",
+        "updated_at",
+    ] {
         assert!(item.get(field).is_some(), "{field} in {item}");
     }
     let (_, page) = s
@@ -166,7 +191,10 @@ async fn list_pages_follow_the_cursor_newest_first_under_every_filter() {
     let (_, older) = s.get(&format!("/v1/executions?created_before={at}")).await;
     assert_eq!(ids(&older), ["l-1", "l-0"]);
     let (status, body) = s.get("/v1/executions?created_after=yesterday").await;
-    assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "INVALID_REQUEST"));
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::BAD_REQUEST, "INVALID_REQUEST")
+    );
 }
 
 #[tokio::test]
@@ -187,9 +215,15 @@ async fn a_restarted_server_loads_work_in_progress_only_and_answers_the_rest_exa
     let (signal, body) = s
         .post("/v1/executions/done-1/signals/go", json!({"payload": 1}))
         .await;
-    assert_eq!((signal, code(&body)), (StatusCode::CONFLICT, "EXECUTION_FINISHED"));
+    assert_eq!(
+        (signal, code(&body)),
+        (StatusCode::CONFLICT, "EXECUTION_FINISHED")
+    );
     let (cancel, body) = s.post("/v1/executions/done-1/cancel", json!({})).await;
-    assert_eq!((cancel, code(&body)), (StatusCode::CONFLICT, "EXECUTION_FINISHED"));
+    assert_eq!(
+        (cancel, code(&body)),
+        (StatusCode::CONFLICT, "EXECUTION_FINISHED")
+    );
     let (again, body) = s
         .post(
             "/v1/executions",
@@ -198,7 +232,10 @@ async fn a_restarted_server_loads_work_in_progress_only_and_answers_the_rest_exa
         .await;
     assert_eq!(
         (again, body),
-        (StatusCode::OK, json!({"execution_id": "done-1", "created": false}))
+        (
+            StatusCode::OK,
+            json!({"execution_id": "done-1", "created": false})
+        )
     );
     let (replayed, body) = keyed(
         &s,
@@ -209,7 +246,10 @@ async fn a_restarted_server_loads_work_in_progress_only_and_answers_the_rest_exa
     .await;
     assert_eq!((replayed, body), (StatusCode::CREATED, first));
     let (status, live) = s.get("/v1/executions/live-1").await;
-    assert_eq!((status, &live["status"]), (StatusCode::OK, &json!("running")));
+    assert_eq!(
+        (status, &live["status"]),
+        (StatusCode::OK, &json!("running"))
+    );
 }
 
 #[tokio::test]
@@ -222,7 +262,10 @@ async fn retention_deletes_finished_executions_only() {
     let now = orbit_io_tokio::driver::now_ms();
     // Nothing is old enough with an hour's retention.
     let hour = std::time::Duration::from_secs(3600);
-    assert_eq!(orbit_server::retention::round(store.as_ref(), hour, now).await, 0);
+    assert_eq!(
+        orbit_server::retention::round(store.as_ref(), hour, now).await,
+        0
+    );
     // A day later, the finished ones go and the running one stays.
     let later = now + 24 * 3_600_000;
     let deleted = orbit_server::retention::round(store.as_ref(), hour, later).await;

@@ -101,14 +101,17 @@ impl Engine {
         exec_id: Option<&str>,
         scope: Option<&IdempotencyScope>,
     ) -> bool {
-        let exec = exec_id
-            .filter(|x| !self.executions.contains_key(*x) && !self.loads.known.absent.contains(*x));
-        let key = scope.map(|s| s.key.as_str()).filter(|k| {
-            !self.idem_inflight.contains_key(*k) && !self.loads.known.keys.contains_key(*k)
+        let exec = exec_id.filter(|x| !self.executions.contains_key(*x));
+        let key = scope.map(|s| s.key.as_str());
+        let need_exec = exec.is_some_and(|x| !self.loads.known.absent.contains(x));
+        let need_key = key.is_some_and(|k| {
+            !self.idem_inflight.contains_key(k) && !self.loads.known.keys.contains_key(k)
         });
-        if exec.is_none() && key.is_none() {
+        if !need_exec && !need_key {
             return false;
         }
+        // Whatever is missing is read again together: knowledge of one
+        // half only would send the request back for the other, forever.
         let executions = exec.map(str::to_string).into_iter().collect();
         let idempotency = key.map(str::to_string).into_iter().collect();
         self.ask_load(executions, idempotency, Some((id, request.clone())));
