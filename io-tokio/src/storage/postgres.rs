@@ -539,7 +539,7 @@ impl PostgresStore {
     /// their histories, oldest first.
     async fn load_many(&self, active_only: bool) -> Result<Vec<StoredExecution>, StorageError> {
         let clause = if active_only {
-            "WHERE x.status NOT IN ('completed', 'failed', 'cancelled')"
+            "WHERE x.status IN ('pending', 'running', 'compensating')"
         } else {
             ""
         };

@@ -659,7 +659,9 @@ impl Storage for SqliteStore {
     }
 
     async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError> {
-        self.load_where("WHERE status NOT IN ('completed', 'failed', 'cancelled')")
+        // Named statuses, not `NOT IN` the terminal ones: the status index
+        // then finds the few live rows among millions of finished ones.
+        self.load_where("WHERE status IN ('pending', 'running', 'compensating')")
             .await
     }
 
