@@ -61,12 +61,35 @@ impl Rig {
     }
 
     fn collect(&mut self, effects: Vec<Effect>) {
+        let mut loads = Vec::new();
         for effect in effects {
             match effect {
                 Effect::Append(batch) => self.appended.push(batch.id),
                 Effect::Reply { request, response } => self.replies.push((request, response.body)),
+                Effect::Load {
+                    load, executions, ..
+                } => loads.push((load, executions)),
                 _ => {}
             }
+        }
+        // Every start names a new id: the store has none of them.
+        for (load, executions) in loads {
+            let executions = executions
+                .into_iter()
+                .map(|execution_id| orbit_core::engine::StoredExecution {
+                    execution_id,
+                    events: Vec::new(),
+                })
+                .collect();
+            let effects = self.engine.handle(
+                self.now,
+                Input::Loaded {
+                    load,
+                    executions,
+                    idempotency: Vec::new(),
+                },
+            );
+            self.collect(effects);
         }
     }
 

@@ -8,7 +8,7 @@
 
 use orbit_core::engine::{CountingIds, DefinitionRecord, Request, Start, StoredExecution};
 use orbit_core::history::{EventKind, Millis};
-use orbit_core::node::{GroupCommit, Io, Node, NodeConfig, NodeInput};
+use orbit_core::node::{Fetched, GroupCommit, Io, Node, NodeConfig, NodeInput};
 use orbit_core::store::StorageError;
 use orbit_core::{Config, Engine, Source};
 use serde_json::json;
@@ -59,16 +59,37 @@ impl Harness {
     }
 
     fn feed(&mut self, input: NodeInput) {
+        let mut fetches = Vec::new();
         for io in self.node.handle(self.now, input) {
             match io {
                 Io::Commit(c) => self.commits.push(c),
                 Io::Load { id, executions } => self.loads.push((id, executions)),
+                Io::Fetch {
+                    id,
+                    executions,
+                    idempotency,
+                } => fetches.push((id, executions, idempotency)),
                 Io::Reply { request, response } => {
                     self.replies.insert(request, response.status);
                 }
                 Io::WakeAt(t) => self.wake = Some(t),
                 Io::Committed { .. } => {}
             }
+        }
+        // What the engine does not hold is not in this harness's store
+        // either: every fetch finds nothing.
+        for (load, executions, keys) in fetches {
+            let result = Ok(Fetched {
+                executions: executions
+                    .into_iter()
+                    .map(|execution_id| StoredExecution {
+                        execution_id,
+                        events: Vec::new(),
+                    })
+                    .collect(),
+                idempotency: keys.into_iter().map(|k| (k, None)).collect(),
+            });
+            self.feed(NodeInput::Fetched { load, result });
         }
     }
 

@@ -181,6 +181,16 @@ impl SimStore {
         }
     }
 
+    /// The live idempotency record of an engine key at `now` (the engine
+    /// writes with an empty scope).
+    pub fn live_record(&self, key: &str, now: u64) -> Option<IdempotencyRecord> {
+        self.lock()
+            .idempotency
+            .get(&(String::new(), key.to_owned()))
+            .filter(|r| r.expires_at > now)
+            .cloned()
+    }
+
     /// Live idempotency records at `now`.
     pub fn live_idempotency(&self, now: u64) -> Vec<IdempotencyRecord> {
         self.lock()

@@ -58,6 +58,9 @@ pub(crate) enum Ev {
         inc: u64,
         load: LoadId,
         ids: Vec<String>,
+        /// `Some` for a fetch (with its idempotency keys), `None` for a
+        /// reload.
+        keys: Option<Vec<String>>,
     },
     Tick {
         inc: u64,
@@ -395,7 +398,12 @@ impl World {
                 Actor::Builtin => self.builtin_answer(req, response),
             },
             Ev::CommitDone { inc, commit } => self.commit_done(inc, commit),
-            Ev::ReloadDone { inc, load, ids } => self.reload_done(inc, load, ids),
+            Ev::ReloadDone {
+                inc,
+                load,
+                ids,
+                keys,
+            } => self.reload_done(inc, load, ids, keys),
             Ev::Tick { inc, wake } => self.tick(inc, wake),
             Ev::Crash => self.crash(),
             Ev::Restart => self.restart(),
@@ -701,10 +709,28 @@ impl World {
                     execution_id: row.id.clone(),
                 },
             });
-            let reply = ios.into_iter().find_map(|io| match io {
-                Io::Reply { request, response } if request == id => Some(response),
-                _ => None,
-            });
+            // A finished execution the engine no longer holds is fetched
+            // first: answer the fetch from the store at once.
+            let mut ios = ios;
+            let mut reply = None;
+            while reply.is_none() && !ios.is_empty() {
+                let mut next = Vec::new();
+                for io in ios {
+                    match io {
+                        Io::Reply { request, response } if request == id => reply = Some(response),
+                        Io::Fetch {
+                            id: load,
+                            executions,
+                            idempotency,
+                        } => {
+                            let result = Ok(self.fetch_now(executions, idempotency));
+                            next.extend(self.node_handle(NodeInput::Fetched { load, result }));
+                        }
+                        _ => {}
+                    }
+                }
+                ios = next;
+            }
             let response = reply.unwrap_or_else(|| Response::error(599, "NO_REPLY", "no reply"));
             check::durability::read_back(row, events, &response)?;
         }

@@ -5,5 +5,6 @@
 pub mod api;
 pub mod bench;
 pub mod cluster;
+pub mod retention;
 pub mod sdk;
 pub mod ui;

@@ -16,7 +16,14 @@ pub struct Config {
     /// The fencing epoch this node writes with (cluster shared mode); every
     /// [`super::ExecutionAppend`] carries it.
     pub epoch: Option<u64>,
+    /// How many finished executions stay in memory after their final
+    /// batch (the most recent ones); older ones are read back from the
+    /// store when a command names them.
+    pub finished_cache: usize,
 }
+
+/// Default [`Config::finished_cache`].
+pub const FINISHED_CACHE: usize = 1000;
 
 impl Default for Config {
     fn default() -> Config {
@@ -25,6 +32,7 @@ impl Default for Config {
             max_active_executions: None,
             idempotency_ttl_ms: 24 * 60 * 60 * 1000,
             epoch: None,
+            finished_cache: FINISHED_CACHE,
         }
     }
 }

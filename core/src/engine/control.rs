@@ -2,7 +2,7 @@
 
 use super::effect::Response;
 use super::idempotency::Gate;
-use super::input::{Request, RequestId};
+use super::input::{IdempotencyScope, Request, RequestId};
 use super::txn::Txn;
 use super::Engine;
 use crate::history::EventKind;
@@ -25,11 +25,20 @@ fn finished(exec_id: &str) -> Response {
 }
 
 impl Engine {
-    /// Common checks: known, not blocked (else queued), not terminal.
-    /// Returns true when the request may proceed.
-    fn control_gate(&mut self, id: RequestId, exec_id: &str, request: &Request) -> bool {
+    /// Common checks: known (loaded from the store first when not in
+    /// memory, with the request's idempotency record), not blocked (else
+    /// queued). Returns true when the request may proceed.
+    fn control_gate(
+        &mut self,
+        id: RequestId,
+        exec_id: &str,
+        request: &Request,
+        scope: Option<&IdempotencyScope>,
+    ) -> bool {
         let Some(e) = self.executions.get(exec_id) else {
-            self.reply(id, unknown(exec_id));
+            if !self.load_first(id, request, Some(exec_id), scope) {
+                self.reply(id, unknown(exec_id));
+            }
             return false;
         };
         if e.blocked() {
@@ -40,7 +49,7 @@ impl Engine {
             self.reply(id, unknown(exec_id));
             return false;
         }
-        true
+        !self.load_first(id, request, None, scope)
     }
 
     pub(super) fn signal(&mut self, id: RequestId, request: Request) {
@@ -53,7 +62,7 @@ impl Engine {
         else {
             return;
         };
-        if !self.control_gate(id, execution_id, &request) {
+        if !self.control_gate(id, execution_id, &request, idempotency.as_ref()) {
             return;
         }
         if let Gate::Done = self.gate(id, idempotency, &request) {
@@ -94,7 +103,7 @@ impl Engine {
         else {
             return;
         };
-        if !self.control_gate(id, execution_id, &request) {
+        if !self.control_gate(id, execution_id, &request, idempotency.as_ref()) {
             return;
         }
         if let Gate::Done = self.gate(id, idempotency, &request) {

@@ -16,6 +16,19 @@ pub enum Effect {
         /// Execution ids.
         executions: Vec<String>,
     },
+    /// Read these executions (their whole histories) and the live
+    /// idempotency records of these keys from the store, then feed
+    /// [`super::Input::Loaded`] with the same `load`. A request that needs
+    /// them waits meanwhile. Reads only: it may run concurrently with
+    /// commits.
+    Load {
+        /// Echo it in `Loaded`.
+        load: super::LoadId,
+        /// Execution ids.
+        executions: Vec<String>,
+        /// Scoped idempotency keys ([`super::IdempotencyScope::key`]).
+        idempotency: Vec<String>,
+    },
     /// Answer a request (a long poll's tasks included).
     Reply {
         /// The request.

@@ -1,15 +1,14 @@
 //! API-level idempotency (seed `002_…`): replaying stored responses,
 //! refusing a reused key, serializing racing requests, and recording 2xx
-//! answers in the same batch as their effect.
+//! answers in the same batch as their effect. Records are not kept in
+//! memory once committed: a request carrying a key waits for the key's
+//! record to be loaded from the store ([`super::load`]).
 
 use super::batch::IdempotencyRecord;
 use super::effect::Response;
 use super::input::{IdempotencyScope, Request, RequestId};
 use super::txn::Txn;
 use super::Engine;
-
-/// Smallest table size at which expired records are swept.
-pub(super) const IDEM_SWEEP_MIN: usize = 1024;
 
 /// What to do with a creating request before running it.
 pub(super) enum Gate {
@@ -30,7 +29,6 @@ impl Engine {
         let Some(scope) = scope else {
             return Gate::Proceed;
         };
-        self.sweep_idempotency();
         if self.idem_inflight.contains_key(&scope.key) {
             self.idem_waiting
                 .entry(scope.key.clone())
@@ -39,7 +37,16 @@ impl Engine {
             return Gate::Done;
         }
         let now = self.now;
-        match self.idempotency.get(&scope.key) {
+        let Some(known) = self.loads.known.keys.get(&scope.key) else {
+            // Not loaded yet (callers load it with the execution first).
+            self.ask_load(
+                Vec::new(),
+                vec![scope.key.clone()],
+                Some((id, request.clone())),
+            );
+            return Gate::Done;
+        };
+        match known {
             Some(rec) if rec.expires_at > now => {
                 let response = if rec.fingerprint == scope.fingerprint {
                     Response {
@@ -57,23 +64,8 @@ impl Engine {
                 self.reply(id, response);
                 Gate::Done
             }
-            Some(_) => {
-                self.idempotency.remove(&scope.key);
-                Gate::Proceed
-            }
-            None => Gate::Proceed,
+            _ => Gate::Proceed,
         }
-    }
-
-    /// Forgets expired records once the table has doubled since the last
-    /// sweep (amortized O(1) per request; the store purges its own copy).
-    fn sweep_idempotency(&mut self) {
-        if self.idempotency.len() < self.idem_sweep_at {
-            return;
-        }
-        let now = self.now;
-        self.idempotency.retain(|_, r| r.expires_at > now);
-        self.idem_sweep_at = (self.idempotency.len() * 2).max(IDEM_SWEEP_MIN);
     }
 
     /// Records a 2xx answer in `txn` (nothing for other statuses).

@@ -38,16 +38,30 @@ pub enum Input {
         /// One entry per execution named in the `Reload`.
         executions: Vec<StoredExecution>,
     },
+    /// What the store holds for an [`super::Effect::Load`]: one entry per
+    /// execution named (no events: the store does not have it), and one per
+    /// idempotency key named (`None`: no live record).
+    Loaded {
+        /// The load's id.
+        load: super::LoadId,
+        /// The executions named, with their full histories.
+        executions: Vec<StoredExecution>,
+        /// The keys named, with their live records.
+        idempotency: Vec<(String, Option<IdempotencyRecord>)>,
+    },
     /// Startup: everything the store holds that the engine must know. Feed
     /// it once, before any request. `executions` must include every
-    /// non-terminal execution (terminal ones may be included so that reads
-    /// and starts with their ids are answered from memory).
+    /// non-terminal execution; finished ones are not needed (the engine
+    /// loads what it needs of them, finished children of live parents
+    /// included) and those passed are kept only as recent ones.
     Recover {
         /// Registered definitions.
         definitions: Vec<DefinitionRecord>,
         /// Executions with their full histories.
         executions: Vec<StoredExecution>,
-        /// Unexpired API idempotency records.
+        /// Unexpired API idempotency records. The engine does not keep
+        /// them (it loads a key's record when a request carries it); pass
+        /// none.
         idempotency: Vec<IdempotencyRecord>,
     },
     /// The client behind a parked request (long poll, wait) went away; the

@@ -10,9 +10,11 @@ mod control;
 pub mod decide;
 mod deploy;
 mod effect;
+mod finished;
 mod idempotency;
 mod ids;
 mod input;
+mod load;
 mod planted;
 mod reads;
 mod recovery;
@@ -31,14 +33,16 @@ pub use batch::{
     Batch, BatchId, DefinitionRecord, ExecutionAppend, IdempotencyRecord, StorageResult,
     StoredExecution, Summary,
 };
-pub use config::Config;
+pub use config::{Config, FINISHED_CACHE};
 pub use effect::{Effect, Response, Task};
 pub use ids::{CountingIds, IdSource};
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
+pub use load::LoadId;
 pub use planted::Bug;
+pub use reads::{event_view, execution_view};
 
 use crate::history::Millis;
-use idempotency::IDEM_SWEEP_MIN;
+use load::Loads;
 use state::{Exec, ParkedPoll, ParkedWait, Queued, Session, TokenRef};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -68,6 +72,9 @@ pub const TICK_MS: Millis = 100;
 ///      result.
 ///    - [`Effect::Reload`]: read those executions' histories from the store,
 ///      then feed [`Input::Reloaded`].
+///    - [`Effect::Load`]: read those executions' histories and idempotency
+///      records from the store, then feed [`Input::Loaded`] (a command
+///      naming something the engine does not hold waits for it).
 ///    - [`Effect::Reply`]: answer the request with that id.
 ///    - [`Effect::WakeAt`]: arrange to feed [`Input::Tick`] at that time
 ///      (only the latest `WakeAt` counts).
@@ -119,12 +126,13 @@ pub struct Engine {
     waits: BTreeMap<RequestId, ParkedWait>,
     batches: BTreeMap<BatchId, Txn>,
     reloads: Vec<Txn>,
-    idempotency: BTreeMap<String, IdempotencyRecord>,
     idem_inflight: BTreeMap<String, BatchId>,
     idem_waiting: BTreeMap<String, Vec<(RequestId, Request)>>,
-    /// Size of `idempotency` at which expired records are next swept out.
-    idem_sweep_at: usize,
     recovery_until: Option<Millis>,
+    /// Finished executions still in memory, oldest first (see `finished`).
+    finished: VecDeque<String>,
+    /// Loads in progress and the requests parked on them.
+    loads: Loads,
     soon: BTreeSet<String>,
     admit_needed: bool,
     #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
@@ -163,11 +171,11 @@ impl Engine {
             waits: BTreeMap::new(),
             batches: BTreeMap::new(),
             reloads: Vec::new(),
-            idempotency: BTreeMap::new(),
             idem_inflight: BTreeMap::new(),
             idem_waiting: BTreeMap::new(),
-            idem_sweep_at: IDEM_SWEEP_MIN,
             recovery_until: None,
+            finished: VecDeque::new(),
+            loads: Loads::default(),
             soon: BTreeSet::new(),
             admit_needed: false,
             planted: planted::Planted::default(),
@@ -184,6 +192,11 @@ impl Engine {
             Input::Request { id, request } => self.request(id, request),
             Input::Stored { batch, result } => self.stored(batch, result),
             Input::Reloaded { executions } => self.reloaded(executions),
+            Input::Loaded {
+                load,
+                executions,
+                idempotency,
+            } => self.loaded(load, executions, idempotency),
             Input::Recover {
                 definitions,
                 executions,
@@ -195,6 +208,7 @@ impl Engine {
             }
         }
         self.after_input();
+        self.trim_finished();
         let wake = self.next_wake();
         if wake.is_some() && wake != self.last_wake {
             self.out.push(Effect::WakeAt(wake.unwrap_or_default()));

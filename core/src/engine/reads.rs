@@ -2,7 +2,7 @@
 //! sessions, and parked waits.
 
 use super::effect::Response;
-use super::input::{ListFilter, RequestId};
+use super::input::{ListFilter, Request, RequestId};
 use super::state::ParkedWait;
 use super::{rfc3339, Engine};
 use crate::history::{DispatchState, Event, Projection, Unit, UnitState};
@@ -74,7 +74,19 @@ impl Engine {
             .filter(|p| p.last_seq > 0)
     }
 
+    /// Parks a read of an execution the engine does not hold until it is
+    /// loaded. True when parked.
+    fn read_first(&mut self, id: RequestId, exec_id: &str, request: Request) -> bool {
+        self.load_first(id, &request, Some(exec_id), None)
+    }
+
     pub(super) fn get_execution(&mut self, id: RequestId, exec_id: &str) {
+        let request = Request::GetExecution {
+            execution_id: exec_id.to_string(),
+        };
+        if self.read_first(id, exec_id, request) {
+            return;
+        }
         let response = match self.visible(exec_id) {
             Some(p) => Response::ok(200, execution_view(p)),
             None => Response::error(
@@ -143,6 +155,13 @@ impl Engine {
     }
 
     pub(super) fn get_history(&mut self, id: RequestId, exec_id: &str, after_seq: Option<u64>) {
+        let request = Request::History {
+            execution_id: exec_id.to_string(),
+            after_seq,
+        };
+        if self.read_first(id, exec_id, request) {
+            return;
+        }
         let response = match self.executions.get(exec_id).filter(|e| e.proj.last_seq > 0) {
             Some(e) => {
                 let after = after_seq.unwrap_or(0);
@@ -215,6 +234,13 @@ impl Engine {
     }
 
     pub(super) fn wait(&mut self, id: RequestId, exec_id: &str, timeout_ms: u64) {
+        let request = Request::Wait {
+            execution_id: exec_id.to_string(),
+            timeout_ms,
+        };
+        if self.read_first(id, exec_id, request) {
+            return;
+        }
         let Some(p) = self.visible(exec_id) else {
             return self.reply(
                 id,

@@ -1,7 +1,9 @@
 //! Startup: definitions, executions replayed from their histories, tokens
 //! of in-flight dispatches re-indexed (held by no session until a worker
 //! lists or reports them), then one session timeout of grace before
-//! unreported dispatches become uncertain.
+//! unreported dispatches become uncertain. Only work in progress is
+//! needed: finished children of live parents are loaded on demand, and
+//! finished executions passed anyway join the recent ones.
 
 use super::batch::{DefinitionRecord, IdempotencyRecord, StoredExecution};
 use super::Engine;
@@ -20,11 +22,9 @@ impl Engine {
             self.definitions
                 .insert((d.workflow.name.clone(), d.workflow.version.clone()), d);
         }
-        for r in idempotency {
-            if r.expires_at > self.now {
-                self.idempotency.insert(r.key.clone(), r);
-            }
-        }
+        // Committed records live in the store; a request's key is loaded
+        // when it comes.
+        drop(idempotency);
         let mut ids = Vec::new();
         for stored in executions {
             ids.push(stored.execution_id.clone());
@@ -38,9 +38,13 @@ impl Engine {
         if in_flight {
             self.recovery_until = Some(self.now + self.config.session_timeout_ms);
         }
-        for id in ids {
-            self.refresh(&id);
+        for id in &ids {
+            self.refresh(id);
         }
+        for id in &ids {
+            self.retire(id);
+        }
+        self.load_missing_children();
         self.admit_needed = true;
     }
 }

@@ -78,6 +78,15 @@ impl Engine {
                 return self.park_behind(exec_id, id, request);
             }
         }
+        // An id the engine does not hold may be a finished execution.
+        if self.load_first(
+            id,
+            &request,
+            start.execution_id.as_deref(),
+            start.idempotency.as_ref(),
+        ) {
+            return;
+        }
         if let Gate::Done = self.gate(id, &start.idempotency, &request) {
             return;
         }

@@ -153,6 +153,8 @@ impl Engine {
 
     fn commit(&mut self, txn: Txn) {
         let mut touched = Vec::new();
+        // Finished children whose parent just recorded their outcome.
+        let mut recorded = Vec::new();
         for (exec_id, d) in txn.drafts {
             if d.events.is_empty() {
                 continue;
@@ -167,6 +169,13 @@ impl Engine {
             e.def = d.def;
             e.busy = None;
             self.index(&exec_id, &d.events);
+            for ev in &d.events {
+                if let EventKind::ChildCompleted { child_id, .. }
+                | EventKind::ChildFailed { child_id, .. } = &ev.kind
+                {
+                    recorded.push(child_id.clone());
+                }
+            }
             self.status_changed(&exec_id, was_new, before);
             // A pending execution that was busy may be next in line.
             self.admit_needed |= !self.pending.is_empty() && !was_new && before == Status::Pending;
@@ -182,8 +191,8 @@ impl Engine {
             self.definitions
                 .insert((r.workflow.name.clone(), r.workflow.version.clone()), r);
         }
-        for r in txn.idempotency {
-            self.idempotency.insert(r.key.clone(), r);
+        for r in &txn.idempotency {
+            self.loads.committed_key(r);
         }
         for (token, session) in txn.deliveries {
             self.handed_out(&token, &session);
@@ -194,8 +203,11 @@ impl Engine {
                 response: r.response,
             });
         }
-        for id in touched {
-            self.refresh(&id);
+        for id in &touched {
+            self.refresh(id);
+        }
+        for id in touched.iter().chain(&recorded) {
+            self.retire(id);
         }
     }
 
@@ -458,8 +470,8 @@ impl Engine {
             let proved = txn.replies.iter().any(|r| stored(self, &r.proof));
             let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
             if proved {
-                for rec in txn.idempotency {
-                    self.idempotency.insert(rec.key.clone(), rec);
+                for rec in &txn.idempotency {
+                    self.loads.committed_key(rec);
                 }
             }
             if !self.planted(Bug::KeyReleasedOnAmbiguous) {
@@ -471,6 +483,7 @@ impl Engine {
         for id in ids {
             self.drain_waiting(&id);
             self.retry_soon(&id);
+            self.retire(&id);
         }
     }
 }

@@ -77,6 +77,14 @@ pub enum NodeInput {
         /// read failed (the node retries it with backoff).
         result: Result<Vec<StoredExecution>, StorageError>,
     },
+    /// An [`Io::Fetch`] came back: what the store holds, or why it could
+    /// not read (the node tries again later).
+    Fetched {
+        /// The fetch's id.
+        load: LoadId,
+        /// Its executions and idempotency records.
+        result: Result<Fetched, StorageError>,
+    },
     /// The time asked for with [`Io::WakeAt`] came (early or extra calls
     /// are harmless).
     Time,
@@ -95,6 +103,18 @@ pub enum Io {
         /// The executions to read.
         executions: Vec<String>,
     },
+    /// Read these executions (whole histories; none when the store does not
+    /// have one) and the live idempotency records of these scoped keys, on
+    /// reader connections, and answer with [`NodeInput::Fetched`]. Reads
+    /// only: it may run beside commits.
+    Fetch {
+        /// Echo it in [`NodeInput::Fetched`].
+        id: LoadId,
+        /// Execution ids.
+        executions: Vec<String>,
+        /// Scoped idempotency keys.
+        idempotency: Vec<String>,
+    },
     /// Feed [`NodeInput::Time`] at this time (only the latest counts).
     WakeAt(Millis),
     /// Answer the request with this id.
@@ -112,4 +132,14 @@ pub enum Io {
         /// Its new events, by `seq`.
         events: Vec<Event>,
     },
+}
+
+/// What an [`Io::Fetch`] read.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Fetched {
+    /// One entry per execution named (no events: the store does not have
+    /// it).
+    pub executions: Vec<StoredExecution>,
+    /// One entry per key named (`None`: no live record).
+    pub idempotency: Vec<(String, Option<IdempotencyRecord>)>,
 }

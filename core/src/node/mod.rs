@@ -20,7 +20,7 @@ mod io;
 mod reload;
 mod stats;
 
-pub use io::{CommitId, GroupCommit, Io, LoadId, NodeInput};
+pub use io::{CommitId, Fetched, GroupCommit, Io, LoadId, NodeInput};
 pub use stats::{FailureCount, NodeStats};
 
 use crate::engine::{Batch, Effect, Engine, Input};
@@ -123,6 +123,7 @@ impl Node {
             NodeInput::Abandoned { id } => self.engine_input(now, Input::Abandoned { id }),
             NodeInput::Committed { commit, result } => self.committed(now, commit, result),
             NodeInput::Loaded { load, result } => self.loaded(now, load, result),
+            NodeInput::Fetched { load, result } => self.fetched(now, load, result),
             NodeInput::Time => self.time(now),
         }
         self.start_commit();
@@ -184,6 +185,11 @@ impl Node {
             match effect {
                 Effect::Append(batch) => self.pending.push_back(batch),
                 Effect::Reload { executions } => self.load(executions),
+                Effect::Load {
+                    load,
+                    executions,
+                    idempotency,
+                } => self.fetch(load, executions, idempotency),
                 Effect::Reply { request, response } => {
                     self.out.push(Io::Reply { request, response })
                 }

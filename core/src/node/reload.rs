@@ -1,17 +1,34 @@
 //! Loads: reading executions back from the store after `Ambiguous` or a
-//! stale `Conflict`, and trying again with a doubling delay when the read
-//! fails, until the store answers.
+//! stale `Conflict` (reloads), or reading what a parked request needs of
+//! executions and idempotency records the engine does not hold (fetches),
+//! and trying again with a doubling delay when the read fails, until the
+//! store answers.
 
-use super::{Io, LoadId, Node};
-use crate::engine::{Input, StoredExecution};
+use super::{Fetched, Io, LoadId, Node};
+use crate::engine::{self, Input, StoredExecution};
 use crate::history::Millis;
 use crate::store::StorageError;
 use std::collections::BTreeMap;
 
 /// A load being read, or waiting to be tried again.
+/// Why a load reads.
+#[derive(Debug, Clone)]
+enum Purpose {
+    /// After `Ambiguous` or a stale `Conflict`: answered with `Reloaded`.
+    Reload,
+    /// The engine's `Effect::Load`: answered with `Loaded`.
+    Fetch {
+        /// The engine's id of the load.
+        engine_load: engine::LoadId,
+        /// The scoped idempotency keys to read.
+        idempotency: Vec<String>,
+    },
+}
+
 #[derive(Debug, Clone)]
 struct Load {
     executions: Vec<String>,
+    purpose: Purpose,
     /// The delay before the next try, after a failure.
     backoff: Millis,
     /// When it is tried again (`None` while it is being read).
@@ -35,18 +52,37 @@ impl Loads {
 impl Node {
     /// Asks the driver to read `executions`.
     pub(super) fn load(&mut self, executions: Vec<String>) {
+        self.open_load(executions, Purpose::Reload);
+    }
+
+    /// Reads what the engine asked for with `Effect::Load`.
+    pub(super) fn fetch(
+        &mut self,
+        engine_load: engine::LoadId,
+        executions: Vec<String>,
+        idempotency: Vec<String>,
+    ) {
+        self.open_load(
+            executions,
+            Purpose::Fetch {
+                engine_load,
+                idempotency,
+            },
+        );
+    }
+
+    fn open_load(&mut self, executions: Vec<String>, purpose: Purpose) {
         self.loads.next += 1;
         let id = self.loads.next;
         self.stats.loads += 1;
-        self.loads.open.insert(
-            id,
-            Load {
-                executions: executions.clone(),
-                backoff: self.config.reload_backoff_ms,
-                retry_at: None,
-            },
-        );
-        self.out.push(Io::Load { id, executions });
+        let load = Load {
+            executions,
+            purpose,
+            backoff: self.config.reload_backoff_ms,
+            retry_at: None,
+        };
+        self.out.push(io_of(id, &load));
+        self.loads.open.insert(id, load);
     }
 
     /// A load came back: the engine learns what the store holds, or the
@@ -64,9 +100,50 @@ impl Node {
             return; // not being read: a duplicate completion
         }
         match result {
-            Ok(executions) => {
+            Ok(executions) if matches!(load.purpose, Purpose::Reload) => {
                 self.loads.open.remove(&id);
                 self.engine_input(now, Input::Reloaded { executions });
+            }
+            Ok(_) => {}
+            Err(_) => {
+                load.retry_at = Some(now.saturating_add(load.backoff));
+                load.backoff = load
+                    .backoff
+                    .saturating_mul(2)
+                    .min(self.config.reload_backoff_max_ms);
+            }
+        }
+    }
+
+    /// A fetch came back: the engine gets what the store holds, or the read
+    /// is tried again later.
+    pub(super) fn fetched(
+        &mut self,
+        now: Millis,
+        id: LoadId,
+        result: Result<Fetched, StorageError>,
+    ) {
+        let Some(load) = self.loads.open.get_mut(&id) else {
+            return;
+        };
+        if load.retry_at.is_some() {
+            return; // not being read: a duplicate completion
+        }
+        let Purpose::Fetch { engine_load, .. } = &load.purpose else {
+            return;
+        };
+        let engine_load = *engine_load;
+        match result {
+            Ok(fetched) => {
+                self.loads.open.remove(&id);
+                self.engine_input(
+                    now,
+                    Input::Loaded {
+                        load: engine_load,
+                        executions: fetched.executions,
+                        idempotency: fetched.idempotency,
+                    },
+                );
             }
             Err(_) => {
                 load.retry_at = Some(now.saturating_add(load.backoff));
@@ -91,11 +168,24 @@ impl Node {
             if let Some(load) = self.loads.open.get_mut(&id) {
                 load.retry_at = None;
                 self.stats.load_retries += 1;
-                self.out.push(Io::Load {
-                    id,
-                    executions: load.executions.clone(),
-                });
+                let io = io_of(id, load);
+                self.out.push(io);
             }
         }
+    }
+}
+
+/// The read a load asks the driver for.
+fn io_of(id: LoadId, load: &Load) -> Io {
+    match &load.purpose {
+        Purpose::Reload => Io::Load {
+            id,
+            executions: load.executions.clone(),
+        },
+        Purpose::Fetch { idempotency, .. } => Io::Fetch {
+            id,
+            executions: load.executions.clone(),
+            idempotency: idempotency.clone(),
+        },
     }
 }

@@ -12,9 +12,11 @@
 pub mod conflict;
 pub mod contract;
 pub mod convert;
+pub mod page;
 mod records;
 
 pub use conflict::{check_appends, Owner};
+pub use page::ListPage;
 pub use records::{
     Append, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
@@ -101,6 +103,37 @@ pub trait Storage: Send + Sync {
     async fn check_writable(&self) -> Result<(), StorageError> {
         self.ping().await
     }
+    /// A page of `GET /v1/executions`: rows matching `page`, newest first.
+    /// The backends answer it from one index whatever the filters; the
+    /// default filters [`Storage::list_executions`] pages in memory.
+    async fn list_page(&self, page: &ListPage) -> Result<Vec<ExecutionRow>, StorageError> {
+        page::filtered(self, page).await
+    }
+    /// Retention: deletes up to `limit` finished top-level executions whose
+    /// last event is older than `finished_before`, each together with its
+    /// descendants (`<id>.…`), their histories and queue rows — only when
+    /// every one of them is finished. Returns how many executions went
+    /// (descendants included); fewer than `limit` roots means none is left.
+    /// The default deletes nothing.
+    async fn purge_finished(
+        &self,
+        finished_before: u64,
+        limit: u32,
+    ) -> Result<Purged, StorageError> {
+        let _ = (finished_before, limit);
+        Ok(Purged::default())
+    }
+}
+
+/// What one retention round deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    /// Finished top-level executions old enough that were looked at.
+    pub scanned: u64,
+    /// Top-level executions deleted.
+    pub roots: u64,
+    /// Executions deleted in all (children included).
+    pub executions: u64,
 }
 
 /// Whether an execution status is terminal.

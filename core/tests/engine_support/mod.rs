@@ -9,7 +9,7 @@ use orbit_core::engine::{
     Batch, CountingIds, DefinitionRecord, Effect, IdempotencyRecord, Outcome, Request, RequestId,
     Response, Start, StorageResult, StoredExecution, Task,
 };
-use orbit_core::history::{logs, ErrorInfo, Event, Millis};
+use orbit_core::history::{logs, ErrorInfo, Event, Millis, Projection};
 use orbit_core::{Config, Engine, Input, Source};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, VecDeque};
@@ -107,6 +107,8 @@ pub struct World {
     pub latency: Millis,
     /// Batches written in [`Mode::Hold`], not answered yet (oldest first).
     pub held: VecDeque<Batch>,
+    /// Loads executed ([`Effect::Load`]).
+    pub loads: usize,
 }
 
 impl World {
@@ -124,6 +126,7 @@ impl World {
             grid: None,
             latency: 0,
             held: VecDeque::new(),
+            loads: 0,
         }
     }
 
@@ -163,6 +166,38 @@ impl World {
                             })
                             .collect();
                         inputs.push_back(Input::Reloaded { executions });
+                    }
+                    Effect::Load {
+                        load,
+                        executions,
+                        idempotency,
+                    } => {
+                        self.loads += 1;
+                        let executions = executions
+                            .into_iter()
+                            .map(|id| StoredExecution {
+                                events: self.store.histories.get(&id).cloned().unwrap_or_default(),
+                                execution_id: id,
+                            })
+                            .collect();
+                        let now = self.now;
+                        let idempotency = idempotency
+                            .into_iter()
+                            .map(|key| {
+                                let record = self
+                                    .store
+                                    .idempotency
+                                    .get(&key)
+                                    .filter(|r| r.expires_at > now)
+                                    .cloned();
+                                (key, record)
+                            })
+                            .collect();
+                        inputs.push_back(Input::Loaded {
+                            load,
+                            executions,
+                            idempotency,
+                        });
                     }
                     Effect::Reply { request, response } => {
                         assert!(
@@ -385,11 +420,21 @@ impl World {
         logs::format_history(execution_id, &events)
     }
 
-    /// The engine's view of the status.
+    /// The engine's view of the status; for an execution the engine no
+    /// longer holds (finished and forgotten), the store's.
     pub fn status(&self, execution_id: &str) -> String {
-        self.engine
-            .projection(execution_id)
-            .map(|p| p.status.as_str().to_string())
+        if let Some(p) = self.engine.projection(execution_id) {
+            return p.status.as_str().to_string();
+        }
+        self.store
+            .histories
+            .get(execution_id)
+            .map(|h| {
+                Projection::fold(execution_id, h)
+                    .status
+                    .as_str()
+                    .to_string()
+            })
             .unwrap_or_default()
     }
 
@@ -397,10 +442,12 @@ impl World {
     pub fn restart(&mut self) {
         self.engine = Engine::new(self.config.clone(), Box::new(CountingIds::new(2)));
         self.wake = None;
+        // Like the production driver: work in progress only.
         let executions = self
             .store
             .histories
             .iter()
+            .filter(|(id, events)| !Projection::fold(id, events.iter()).status.is_terminal())
             .map(|(id, events)| StoredExecution {
                 execution_id: id.clone(),
                 events: events.clone(),
@@ -409,7 +456,7 @@ impl World {
         self.feed(Input::Recover {
             definitions: self.store.definitions.clone(),
             executions,
-            idempotency: self.store.idempotency.values().cloned().collect(),
+            idempotency: Vec::new(),
         });
     }
 }

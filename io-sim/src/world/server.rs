@@ -13,7 +13,7 @@ use crate::convert;
 use crate::rng::SeededIds;
 use orbit_core::engine::{Config, Engine, Request, Response, StoredExecution};
 use orbit_core::history::Millis;
-use orbit_core::node::{GroupCommit, Io, LoadId, Node, NodeConfig, NodeInput};
+use orbit_core::node::{Fetched, GroupCommit, Io, LoadId, Node, NodeConfig, NodeInput};
 use orbit_core::store::StorageError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -159,22 +159,19 @@ impl World {
             .iter()
             .filter_map(convert::definition_from_store)
             .collect();
+        // Work in progress only, as the production driver loads it; the
+        // engine fetches what it needs of finished executions and keys.
         let executions = self
             .store
             .all()
             .into_iter()
+            .filter(|e| !orbit_core::store::is_terminal(&e.row.status))
             .map(convert::execution_from_store)
-            .collect();
-        let idempotency = self
-            .store
-            .live_idempotency(self.server_now())
-            .iter()
-            .map(convert::idempotency_from_store)
             .collect();
         self.feed(NodeInput::Recover {
             definitions,
             executions,
-            idempotency,
+            idempotency: Vec::new(),
         });
         self.schedule_crash();
     }
@@ -279,6 +276,23 @@ impl World {
                             inc,
                             load: id,
                             ids: executions,
+                            keys: None,
+                        },
+                    );
+                }
+                Io::Fetch {
+                    id,
+                    executions,
+                    idempotency,
+                } => {
+                    let latency = self.rng.between(1, 20);
+                    self.at(
+                        latency,
+                        Ev::ReloadDone {
+                            inc,
+                            load: id,
+                            ids: executions,
+                            keys: Some(idempotency),
                         },
                     );
                 }
@@ -406,28 +420,67 @@ impl World {
 
     /// A load reaches the store: it answers what it holds, or (under
     /// storage faults) the read fails and the node tries again later.
-    pub(super) fn reload_done(&mut self, inc: u64, load: LoadId, ids: Vec<String>) {
+    pub(super) fn reload_done(
+        &mut self,
+        inc: u64,
+        load: LoadId,
+        ids: Vec<String>,
+        keys: Option<Vec<String>>,
+    ) {
         if self.server.as_ref().is_none_or(|s| s.inc != inc) {
             return;
         }
-        let result = if self.faults_on
+        let failed = self.faults_on
             && self
                 .rng
-                .chance(self.cfg.faults.store_commit_fail_probability)
-        {
+                .chance(self.cfg.faults.store_commit_fail_probability);
+        let unavailable = || StorageError::Unavailable("simulated: database unreachable".into());
+        if failed {
             self.stats.fault("load_unavailable");
-            Err(StorageError::Unavailable(
-                "simulated: database unreachable".into(),
-            ))
-        } else {
-            Ok(ids
-                .into_iter()
-                .map(|id| StoredExecution {
-                    events: self.store.events(&id),
-                    execution_id: id,
-                })
-                .collect())
-        };
-        self.feed(NodeInput::Loaded { load, result });
+        }
+        match keys {
+            None => {
+                let result = if failed {
+                    Err(unavailable())
+                } else {
+                    Ok(self.fetch_now(ids, Vec::new()).executions)
+                };
+                self.feed(NodeInput::Loaded { load, result });
+            }
+            Some(keys) => {
+                let result = if failed {
+                    Err(unavailable())
+                } else {
+                    Ok(self.fetch_now(ids, keys))
+                };
+                self.feed(NodeInput::Fetched { load, result });
+            }
+        }
+    }
+
+    /// What the store holds of these executions and idempotency keys now.
+    pub(super) fn fetch_now(&self, ids: Vec<String>, keys: Vec<String>) -> Fetched {
+        let now = self.server_now();
+        let executions = ids
+            .into_iter()
+            .map(|id| StoredExecution {
+                events: self.store.events(&id),
+                execution_id: id,
+            })
+            .collect();
+        let idempotency = keys
+            .into_iter()
+            .map(|key| {
+                let record = self
+                    .store
+                    .live_record(&key, now)
+                    .map(|r| convert::idempotency_from_store(&r));
+                (key, record)
+            })
+            .collect();
+        Fetched {
+            executions,
+            idempotency,
+        }
     }
 }

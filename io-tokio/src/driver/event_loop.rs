@@ -16,7 +16,7 @@ use super::{Clock, Command, Committed, Metrics, Options};
 use crate::storage::{Storage, StorageError};
 use orbit_core::engine::{RequestId, Response, StoredExecution};
 use orbit_core::history::Millis;
-use orbit_core::node::{CommitId, Io, LoadId, Node, NodeInput};
+use orbit_core::node::{CommitId, Fetched, Io, LoadId, Node, NodeInput};
 use orbit_core::store::convert;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -45,6 +45,8 @@ pub(super) struct EventLoop {
     wake_at: Option<Millis>,
     loads_tx: mpsc::UnboundedSender<Loaded>,
     loads_rx: mpsc::UnboundedReceiver<Loaded>,
+    fetches_tx: mpsc::UnboundedSender<(LoadId, Result<Fetched, StorageError>)>,
+    fetches_rx: mpsc::UnboundedReceiver<(LoadId, Result<Fetched, StorageError>)>,
     clock: Clock,
 }
 
@@ -58,6 +60,7 @@ impl EventLoop {
         clock: Clock,
     ) -> EventLoop {
         let (loads_tx, loads_rx) = mpsc::unbounded_channel();
+        let (fetches_tx, fetches_rx) = mpsc::unbounded_channel();
         EventLoop {
             node,
             store,
@@ -70,6 +73,8 @@ impl EventLoop {
             wake_at: None,
             loads_tx,
             loads_rx,
+            fetches_tx,
+            fetches_rx,
             clock,
         }
     }
@@ -111,6 +116,12 @@ impl EventLoop {
                         tracing::warn!(error = %e, "reload failed; retrying");
                     }
                     self.feed(NodeInput::Loaded { load, result });
+                }
+                Some((load, result)) = self.fetches_rx.recv() => {
+                    if let Err(e) = &result {
+                        tracing::warn!(error = %e, "load failed; retrying");
+                    }
+                    self.feed(NodeInput::Fetched { load, result });
                 }
                 _ = sleep_for(wake_in) => self.feed(NodeInput::Time),
                 command = self.commands.recv(), if shutdown.is_none() => match command {
@@ -169,6 +180,21 @@ impl EventLoop {
                     let tx = self.loads_tx.clone();
                     tokio::spawn(async move {
                         let result = load(store.as_ref(), &executions).await;
+                        let _ = tx.send((id, result));
+                    });
+                }
+                Io::Fetch {
+                    id,
+                    executions,
+                    idempotency,
+                } => {
+                    let store = self.store.clone();
+                    let tx = self.fetches_tx.clone();
+                    let now = (self.clock)();
+                    tokio::spawn(async move {
+                        let result =
+                            super::load::fetch(store.as_ref(), now, &executions, &idempotency)
+                                .await;
                         let _ = tx.send((id, result));
                     });
                 }

@@ -6,6 +6,7 @@
 
 pub use orbit_core::store::convert;
 mod event_loop;
+mod load;
 mod metrics;
 
 pub use convert::LOCAL_NODE;
@@ -168,8 +169,9 @@ impl Driver {
             })
             .collect();
         let metrics = Arc::new(Metrics::default());
+        // Work in progress only: finished executions stay in the store.
         let executions = store
-            .load_all()
+            .load_active()
             .await?
             .into_iter()
             .map(convert::execution_from_store)
@@ -177,12 +179,6 @@ impl Driver {
         for e in &executions {
             metrics.recover_queue(&e.execution_id, &e.events);
         }
-        let idempotency = store
-            .idempotency_records(now)
-            .await?
-            .iter()
-            .map(convert::idempotency_from_store)
-            .collect();
         let events: usize = executions.iter().map(|e| e.events.len()).sum();
         let execution_count = executions.len();
         let ids = sources.ids.clone();
@@ -193,7 +189,8 @@ impl Driver {
             NodeInput::Recover {
                 definitions,
                 executions,
-                idempotency,
+                // Loaded per key when a request carries one.
+                idempotency: Vec::new(),
             },
         );
         tracing::info!(

@@ -11,8 +11,8 @@ mod sqlite;
 
 pub use orbit_core::store::{
     check_appends, contract, is_terminal, Append, DefinitionRecord, ExecutionRow, Fence,
-    IdempotencyRecord, ListFilter, Owner, QueueOp, Storage, StorageError, StoredExecution,
-    Transaction,
+    IdempotencyRecord, ListFilter, ListPage, Owner, Purged, QueueOp, Storage, StorageError,
+    StoredExecution, Transaction,
 };
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};

@@ -11,7 +11,10 @@ use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
+use super::{ListPage, Purged};
 use async_trait::async_trait;
+
+mod reads;
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
@@ -526,7 +529,7 @@ impl PostgresStore {
     /// their histories, oldest first.
     async fn load_many(&self, active_only: bool) -> Result<Vec<StoredExecution>, StorageError> {
         let clause = if active_only {
-            "WHERE x.status NOT IN ('completed', 'failed', 'cancelled')"
+            "WHERE x.status IN ('pending', 'running', 'compensating')"
         } else {
             ""
         };
@@ -865,6 +868,18 @@ impl Storage for PostgresStore {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn list_page(&self, page: &ListPage) -> Result<Vec<ExecutionRow>, StorageError> {
+        self.page(page).await
+    }
+
+    async fn purge_finished(
+        &self,
+        finished_before: u64,
+        limit: u32,
+    ) -> Result<Purged, StorageError> {
+        self.purge(finished_before, limit).await
     }
 
     async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {

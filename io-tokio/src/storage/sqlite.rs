@@ -7,7 +7,10 @@ use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
 };
+use super::{ListPage, Purged};
 use async_trait::async_trait;
+
+mod reads;
 use orbit_core::history::Event;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -636,7 +639,9 @@ impl Storage for SqliteStore {
     }
 
     async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError> {
-        self.load_where("WHERE status NOT IN ('completed', 'failed', 'cancelled')")
+        // Named statuses, not `NOT IN` the terminal ones: the status index
+        // then finds the few live rows among millions of finished ones.
+        self.load_where("WHERE status IN ('pending', 'running', 'compensating')")
             .await
     }
 
@@ -789,6 +794,18 @@ impl Storage for SqliteStore {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn list_page(&self, page: &ListPage) -> Result<Vec<ExecutionRow>, StorageError> {
+        self.page(page).await
+    }
+
+    async fn purge_finished(
+        &self,
+        finished_before: u64,
+        limit: u32,
+    ) -> Result<Purged, StorageError> {
+        self.purge(finished_before, limit).await
     }
 
     async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {

@@ -3,13 +3,15 @@
 use super::error::ApiError;
 use super::extract::{Json, OptionalJson, Path, Query};
 use super::idempotency::Scope;
+use super::reads;
 use super::reply::respond;
 use super::AppState;
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::Response;
-use orbit_core::engine::{ListFilter, Request, Start};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use orbit_core::engine::{Request, Start};
 use orbit_core::history::Status;
+use orbit_io_tokio::storage::ListPage;
 use orbit_sdk::wire::{self, CancelRequest, SignalRequest, StartRequest};
 use serde::Deserialize;
 use serde_json::Value;
@@ -76,13 +78,16 @@ fn check_name(what: &str, value: &str, max: usize) -> Result<(), ApiError> {
     params(("id" = String, Path, description = "execution id")),
     responses((status = 200, description = "the execution", body = wire::Execution),
               (status = 404, description = "`UNKNOWN_EXECUTION`", body = wire::ErrorBody)))]
-pub async fn get_one(State(state): State<AppState>, Path(id): Path<String>) -> Response {
-    respond(
-        state
-            .driver
-            .call(Request::GetExecution { execution_id: id })
-            .await,
-    )
+pub async fn get_one(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    // From the store, outside the engine loop: finished executions are not
+    // in the engine's memory, and reads never queue behind commands.
+    match reads::execution(state.driver.store().as_ref(), &id).await? {
+        Some((_, view)) => Ok((StatusCode::OK, axum::Json(view)).into_response()),
+        None => Err(reads::unknown(&id)),
+    }
 }
 
 /// Query of `GET /v1/executions`.
@@ -108,6 +113,22 @@ pub struct ListQuery {
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// Only executions created strictly after this time (RFC 3339).
+    pub created_after: Option<String>,
+    /// Only executions created strictly before this time (RFC 3339).
+    pub created_before: Option<String>,
+}
+
+/// An RFC 3339 time of a query parameter, in ms since the epoch.
+fn parse_time(what: &str, text: &str) -> Result<u64, ApiError> {
+    let bad = || {
+        ApiError::invalid(format!(
+            "{what} must be an RFC 3339 time such as 2026-12-01T10:00:00Z"
+        ))
+    };
+    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map_err(|_| bad())?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| bad())
 }
 
 fn parse_status(s: &str) -> Result<Status, ApiError> {
@@ -119,8 +140,9 @@ fn parse_status(s: &str) -> Result<Status, ApiError> {
 }
 
 /// Executions, newest first: `{"executions": [...], "next_cursor": ...}`.
-/// Filters combine: `status`, `workflow`, `version` and `id_prefix` must
-/// all match; an empty parameter is no filter.
+/// Filters combine: `status`, `workflow`, `version`, `id_prefix` and the
+/// created range must all match; an empty parameter is no filter. Read
+/// from the store (keyset pages over an index, whatever the filters).
 #[utoipa::path(get, path = "/v1/executions", tag = "executions", params(ListQuery),
     responses((status = 200, description = "a page of executions", body = wire::ExecutionPage)))]
 pub async fn list(
@@ -148,18 +170,36 @@ pub async fn list(
     if let Some(x) = &id_prefix {
         check_name("id_prefix", x, 128)?;
     }
-    let filter = ListFilter {
-        status,
+    let created_after = q
+        .created_after
+        .filter(|t| !t.is_empty())
+        .map(|t| parse_time("created_after", &t))
+        .transpose()?;
+    let created_before = q
+        .created_before
+        .filter(|t| !t.is_empty())
+        .map(|t| parse_time("created_before", &t))
+        .transpose()?;
+    let limit = q
+        .limit
+        .unwrap_or(LIST_LIMIT_DEFAULT)
+        .clamp(1, wire::LIST_LIMIT_MAX);
+    let page = ListPage {
+        status: status.map(|s| s.as_str().to_owned()),
         workflow,
         version,
         id_prefix,
-        limit: q.limit.map(|l| l.min(wire::LIST_LIMIT_MAX)),
-        cursor: q.cursor.filter(|c| !c.is_empty()),
+        created_after,
+        created_before,
+        before: q.cursor.as_deref().and_then(reads::cursor),
+        limit: u32::try_from(limit).unwrap_or(u32::MAX),
     };
-    Ok(respond(
-        state.driver.call(Request::ListExecutions(filter)).await,
-    ))
+    let body = reads::list(state.driver.store().as_ref(), page).await?;
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
+
+/// Page size of a list without `limit`.
+const LIST_LIMIT_DEFAULT: usize = 100;
 
 /// Records a signal: `200 {"seq": N}`.
 #[utoipa::path(post, path = "/v1/executions/{id}/signals/{name}", tag = "executions",
@@ -241,12 +281,20 @@ pub async fn wait(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(q): Query<WaitQuery>,
-) -> Response {
+) -> Result<Response, ApiError> {
     let timeout_ms = q
         .timeout_ms
         .unwrap_or(WAIT_TIMEOUT_MS_DEFAULT)
         .min(WAIT_TIMEOUT_MS_MAX);
-    respond(
+    // Finished (or unknown): the store answers, the engine is not asked.
+    match reads::execution(state.driver.store().as_ref(), &id).await? {
+        None => return Err(reads::unknown(&id)),
+        Some((status, view)) if status.is_terminal() => {
+            return Ok((StatusCode::OK, axum::Json(view)).into_response())
+        }
+        Some(_) => {}
+    }
+    Ok(respond(
         state
             .driver
             .call(Request::Wait {
@@ -254,5 +302,5 @@ pub async fn wait(
                 timeout_ms,
             })
             .await,
-    )
+    ))
 }

@@ -5,14 +5,14 @@
 
 use super::error::ApiError;
 use super::extract::{Path, Query};
-use super::reply::{event_json, respond};
+use super::reads;
+use super::reply::event_json;
 use super::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
-use orbit_core::engine::Request;
 use orbit_core::history::{Event, EventKind};
 use orbit_io_tokio::driver::Committed;
 use serde::Deserialize;
@@ -60,23 +60,10 @@ pub async fn history(
         )));
     }
     if !wants_stream {
-        let mut response = state
-            .driver
-            .call(Request::History {
-                execution_id: id,
-                after_seq: q.after_seq,
-            })
-            .await;
-        if let (Some(limit), Some(events)) = (
-            q.limit,
-            response
-                .body
-                .get_mut("events")
-                .and_then(|e| e.as_array_mut()),
-        ) {
-            events.truncate(limit);
-        }
-        return Ok(respond(response));
+        // From the store, outside the engine loop.
+        let store = state.driver.store().as_ref();
+        let body = reads::history(store, &id, q.after_seq.unwrap_or(0), q.limit).await?;
+        return Ok((StatusCode::OK, axum::Json(body)).into_response());
     }
     // Subscribe first, then read what is already committed: nothing falls
     // in between, and duplicates are dropped by seq.
@@ -88,11 +75,7 @@ pub async fn history(
         .map_err(ApiError::storage)?
         .is_none()
     {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "UNKNOWN_EXECUTION",
-            format!("no execution `{id}`"),
-        ));
+        return Err(reads::unknown(&id));
     }
     // A reconnecting EventSource names the last event it received.
     let last_event_id = headers

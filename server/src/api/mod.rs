@@ -15,6 +15,7 @@ mod history;
 pub mod idempotency;
 pub mod limits;
 pub mod openapi;
+mod reads;
 mod reply;
 mod whoami;
 mod workers;

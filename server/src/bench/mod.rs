@@ -6,6 +6,7 @@
 //! `sleepers` and `takeover` workloads run servers as child processes
 //! instead, to kill them and to read their memory.
 
+pub mod history;
 mod load;
 pub mod process;
 pub mod recovery;

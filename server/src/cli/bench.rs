@@ -8,7 +8,7 @@
 use crate::cli::common::parse_duration;
 use orbit_core::engine::Config as EngineConfig;
 use orbit_io_tokio::driver;
-use orbit_server::bench::{self, recovery, sleepers, takeover, BenchError, Config};
+use orbit_server::bench::{self, history, recovery, sleepers, takeover, BenchError, Config};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,6 +28,10 @@ pub enum Workload {
     /// killed with SIGKILL `--rounds` times; time until a standby accepts a
     /// start (median, max).
     Takeover,
+    /// Finished executions (100,000 by default) written straight into the
+    /// store, then the server restarted: time to ready, memory at idle, and
+    /// p50/p99 of status, history and list-page reads.
+    History,
 }
 
 /// `orbit bench` options.
@@ -45,7 +49,7 @@ pub struct Args {
     #[arg(long)]
     pub server: Option<String>,
     /// Executions to run in all (default 2,000; recovery 10,000; sleepers
-    /// 100,000).
+    /// and history 100,000).
     #[arg(long)]
     pub executions: Option<u64>,
     /// Executions in flight at once (recovery, sleepers: start requests in
@@ -112,7 +116,7 @@ pub fn run(args: Args) -> ExitCode {
         .try_init();
     if args.workload != Workload::Chain && args.server.is_some() {
         eprintln!(
-            "error: --server drives a running server; the recovery, sleepers and takeover workloads start their own"
+            "error: --server drives a running server; the recovery, sleepers, takeover and history workloads start their own"
         );
         return ExitCode::from(2);
     }
@@ -184,6 +188,15 @@ pub fn run(args: Args) -> ExitCode {
                 |r| r.line(),
                 |r| r.takeover_ms.len() == rounds,
             )
+        }
+        Workload::History => {
+            let config = history::Config {
+                db: args.db,
+                executions: args.executions.unwrap_or(100_000),
+                progress: !args.quiet,
+            };
+            let result = runtime.block_on(history::run(&config));
+            finish(result, json, |r| r.line(), |r| r.errors == 0)
         }
     }
 }

@@ -48,7 +48,11 @@ pub enum Command {
     Run(run::Args),
     /// Show an execution.
     Status(status::Args),
-    /// List executions.
+    /// List executions, newest first.
+    ///
+    /// Finished executions stay listed, with their histories, until the
+    /// server's `--retention` deletes them; it is off by default, so the
+    /// server keeps every history until told otherwise.
     Ls(ls::Args),
     /// Print an execution's history.
     Logs(logs::Args),

@@ -43,6 +43,15 @@ pub struct Args {
     /// How long API idempotency records are kept.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     pub idempotency_ttl: Duration,
+    /// Delete finished executions (with their children, histories and
+    /// queue rows) once their last event is older than this; `0` (the
+    /// default) keeps every history forever.
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub retention: Duration,
+    /// How many finished executions stay in the engine's memory after they
+    /// end (the most recent ones); the others are read from the store.
+    #[arg(long, default_value_t = orbit_core::engine::FINISHED_CACHE)]
+    pub finished_cache: usize,
     /// Auth file (TOML): named tokens with roles admin, client or worker,
     /// stored as SHA-256 hex. Without it every request is allowed.
     #[arg(long, env = "ORBIT_AUTH")]
@@ -267,6 +276,7 @@ fn driver_options(args: &Args) -> driver::Options {
             max_active_executions: args.max_active_executions,
             idempotency_ttl_ms: millis(args.idempotency_ttl),
             epoch: None,
+            finished_cache: args.finished_cache,
         },
         commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
         ..driver::Options::default()
@@ -279,8 +289,15 @@ fn spawn_chores(
     driver: &Driver,
     http_options: &builtin::HttpOptions,
     otlp: Option<&str>,
+    retention: Duration,
 ) -> Result<Vec<tokio::task::AbortHandle>, ServerError> {
     let purge = tokio::spawn(purge_expired(driver.store().clone(), driver.clock()));
+    let mut chores = vec![purge.abort_handle()];
+    if !retention.is_zero() {
+        tracing::info!(retention = ?retention, "deleting finished executions older than the retention");
+        let run = orbit_server::retention::run(driver.store().clone(), retention);
+        chores.push(tokio::spawn(run).abort_handle());
+    }
     let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
     let http = builtin::spawn(driver.clone(), http_options.clone()).map_err(ServerError::Usage)?;
     tracing::info!(allow = ?allowed, "built-in task orbit.http ready");
@@ -292,7 +309,8 @@ fn spawn_chores(
         .map_err(ServerError::Usage)?;
         tracing::info!(%endpoint, "exporting trace spans (OTLP/HTTP protobuf)");
     }
-    Ok(vec![purge.abort_handle(), http.abort_handle()])
+    chores.push(http.abort_handle());
+    Ok(chores)
 }
 
 /// Runs the server until a shutdown signal.
@@ -337,7 +355,12 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         driver: driver.clone(),
         max_body: args.max_body,
     };
-    let chores = spawn_chores(&driver, &http_options, args.otlp_endpoint.as_deref())?;
+    let chores = spawn_chores(
+        &driver,
+        &http_options,
+        args.otlp_endpoint.as_deref(),
+        args.retention,
+    )?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
@@ -397,8 +420,9 @@ async fn serve_cluster(
     };
     let node = Arc::new(Node::new(config.clone(), lease));
     let otlp = args.otlp_endpoint.clone();
+    let retention = args.retention;
     let chores: supervisor::Chores = Arc::new(move |driver: &Driver| {
-        match spawn_chores(driver, &http_options, otlp.as_deref()) {
+        match spawn_chores(driver, &http_options, otlp.as_deref(), retention) {
             Ok(handles) => handles,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the term's chores");
