@@ -170,7 +170,17 @@ fn a_dispatch_answered_before_its_commit_is_caught() {
     );
 }
 
+/// Not caught since issue 13: the engine no longer keeps committed
+/// Idempotency-Key records and reads a key's record from the store before
+/// it answers a keyed request. Against the simulated store, whose
+/// `Ambiguous` outcome is settled the moment it is answered, that read
+/// always sees the truth, so releasing the key early does no visible harm
+/// here. A real database can still be finishing that COMMIT when the read
+/// runs; catching the bug again needs ambiguous commits that land after
+/// the reload, which the world does not model yet. Run it with
+/// `--ignored`.
 #[test]
+#[ignore = "harmless against a store that settles Ambiguous at once (see above)"]
 fn an_idempotency_key_released_on_an_ambiguous_commit_is_caught() {
     use orbit_io_sim::Bug;
     planted(
