@@ -49,6 +49,16 @@ pub enum Input {
         /// The keys named, with their live records.
         idempotency: Vec<(String, Option<IdempotencyRecord>)>,
     },
+    /// An [`super::Effect::Load`] could not be read (the store is
+    /// unavailable). The request waiting for it is answered
+    /// `503 STORAGE_ERROR` at once, nothing applied; the driver keeps
+    /// trying the read, and its eventual `Loaded` only warms memory.
+    LoadFailed {
+        /// The load's id.
+        load: super::LoadId,
+        /// Why the read failed.
+        message: String,
+    },
     /// Startup: everything the store holds that the engine must know. Feed
     /// it once, before any request. `executions` must include every
     /// non-terminal execution; finished ones are not needed (the engine

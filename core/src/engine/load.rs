@@ -11,6 +11,7 @@
 
 use super::batch::{IdempotencyRecord, StoredExecution};
 use super::effect::Effect;
+use super::effect::Response;
 use super::input::{IdempotencyScope, Request, RequestId};
 use super::Engine;
 use std::collections::{BTreeMap, BTreeSet};
@@ -194,6 +195,20 @@ impl Engine {
             self.loads.known = known;
             self.request(id, request);
             self.loads.known = Known::default();
+        }
+    }
+
+    /// A load could not be read: the request waiting for it fails
+    /// `503 STORAGE_ERROR` now, as a write would during an outage, instead
+    /// of hanging until the store is back. The load stays outstanding; when
+    /// the driver's retry lands it only warms memory.
+    pub(super) fn load_failed(&mut self, load: LoadId, message: &str) {
+        let Some(o) = self.loads.outstanding.get_mut(&load) else {
+            return;
+        };
+        if let Some((id, _)) = o.request.take() {
+            let response = Response::error(503, "STORAGE_ERROR", message);
+            self.reply(id, response);
         }
     }
 

@@ -197,6 +197,7 @@ impl Engine {
                 executions,
                 idempotency,
             } => self.loaded(load, executions, idempotency),
+            Input::LoadFailed { load, message } => self.load_failed(load, &message),
             Input::Recover {
                 definitions,
                 executions,

@@ -145,12 +145,20 @@ impl Node {
                     },
                 );
             }
-            Err(_) => {
+            Err(e) => {
                 load.retry_at = Some(now.saturating_add(load.backoff));
                 load.backoff = load
                     .backoff
                     .saturating_mul(2)
                     .min(self.config.reload_backoff_max_ms);
+                let message = e.to_string();
+                self.engine_input(
+                    now,
+                    Input::LoadFailed {
+                        load: engine_load,
+                        message,
+                    },
+                );
             }
         }
     }
