@@ -33,6 +33,10 @@ struct Harness {
     replies: BTreeMap<u64, u16>,
     wake: Option<Millis>,
     next_id: u64,
+    /// Fetches answered `Unavailable` while true (the store is down).
+    store_down: bool,
+    /// Fetches asked for so far.
+    fetches: u64,
 }
 
 impl Harness {
@@ -53,6 +57,8 @@ impl Harness {
             replies: BTreeMap::new(),
             wake: None,
             next_id: 1,
+            store_down: false,
+            fetches: 0,
         };
         h.deploy();
         h
@@ -79,6 +85,12 @@ impl Harness {
         // What the engine does not hold is not in this harness's store
         // either: every fetch finds nothing.
         for (load, executions, keys) in fetches {
+            self.fetches += 1;
+            if self.store_down {
+                let result = Err(StorageError::Unavailable("database down".into()));
+                self.feed(NodeInput::Fetched { load, result });
+                continue;
+            }
             let result = Ok(Fetched {
                 executions: executions
                     .into_iter()
@@ -393,4 +405,25 @@ fn a_clock_that_steps_back_still_gets_ticks() {
         Some(T0 - 10_000 + 100),
         "ticks resume a period later"
     );
+}
+
+#[test]
+fn a_fetch_the_store_cannot_answer_fails_its_request_and_is_tried_again() {
+    let mut h = Harness::new(1);
+    h.store_down = true;
+    // A start naming an id the engine does not hold reads the store first.
+    let rid = h.start("outage-1");
+    assert_eq!(h.fetches, 1);
+    assert_eq!(h.replies.remove(&rid), Some(503), "answered at once");
+    assert!(h.commits.is_empty(), "nothing written");
+    // The read is tried again after the backoff; the store is back, and the
+    // retry only warms memory: the same start can be made again.
+    h.store_down = false;
+    h.now += 50;
+    h.feed(NodeInput::Time);
+    assert_eq!(h.fetches, 2, "the read was tried again");
+    let rid = h.start("outage-1");
+    let c = h.take_commit();
+    h.answer(&c, Ok(()));
+    assert_eq!(h.replies.remove(&rid), Some(201));
 }
