@@ -113,9 +113,15 @@ impl PostgresStore {
     /// Connects, pins `synchronous_commit = on` on every connection and runs
     /// the migrations.
     pub async fn open(options: &PostgresOptions) -> Result<Self, StorageError> {
+        // A process paused in the middle of a commit (SIGSTOP, a VM freeze)
+        // must not hold its locks — among them the cluster lease row it
+        // reads `FOR SHARE` — until it wakes: the database ends a session
+        // idle inside a transaction after a second, which rolls that commit
+        // back and lets a standby take over.
         let connect = PgConnectOptions::from_str(&options.url)
             .map_err(unavailable)?
-            .application_name("orbit");
+            .application_name("orbit")
+            .options([("idle_in_transaction_session_timeout", "1000")]);
         let writer = pool_options(1, options.acquire_timeout)
             .test_before_acquire(false)
             .connect_with(connect.clone())
