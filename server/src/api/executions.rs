@@ -113,22 +113,43 @@ pub struct ListQuery {
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
-    /// Only executions created strictly after this time (RFC 3339).
+    /// Only executions created strictly after this time (RFC 3339; empty:
+    /// any).
+    #[param(schema_with = time_or_empty)]
     pub created_after: Option<String>,
-    /// Only executions created strictly before this time (RFC 3339).
+    /// Only executions created strictly before this time (RFC 3339; empty:
+    /// any).
+    #[param(schema_with = time_or_empty)]
     pub created_before: Option<String>,
 }
 
-/// An RFC 3339 time of a query parameter, in ms since the epoch.
+/// The schema of a time filter: an RFC 3339 `date-time`, or empty for none.
+fn time_or_empty() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::String).max_length(Some(0)))
+        .build()
+        .into()
+}
+
+/// An RFC 3339 time of a query parameter, in ms since the epoch. RFC 3339
+/// allows a lower-case `t` and `z`; a time before 1970 is 0, which bounds a
+/// range exactly as the earlier time would (no execution is that old).
 fn parse_time(what: &str, text: &str) -> Result<u64, ApiError> {
-    let bad = || {
-        ApiError::invalid(format!(
-            "{what} must be an RFC 3339 time such as 2026-12-01T10:00:00Z"
-        ))
-    };
-    let t = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .map_err(|_| bad())?;
-    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| bad())
+    let rfc3339 = &time::format_description::well_known::Rfc3339;
+    let t = time::OffsetDateTime::parse(text, rfc3339)
+        .or_else(|_| time::OffsetDateTime::parse(&text.to_ascii_uppercase(), rfc3339))
+        .map_err(|_| {
+            ApiError::invalid(format!(
+                "{what} must be an RFC 3339 time such as 2026-12-01T10:00:00Z"
+            ))
+        })?;
+    Ok(u64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(0))
 }
 
 fn parse_status(s: &str) -> Result<Status, ApiError> {
