@@ -193,13 +193,17 @@ async fn list_pages_follow_the_cursor_newest_first_under_every_filter() {
     // Lower-case letters are RFC 3339 too, and a time before 1970 bounds
     // the range like any earlier time.
     let lower = at.to_ascii_lowercase();
-    let (_, newer) = s.get(&format!("/v1/executions?created_after={lower}")).await;
+    let (_, newer) = s
+        .get(&format!("/v1/executions?created_after={lower}"))
+        .await;
     assert_eq!(ids(&newer), ["l-4", "l-3"]);
     let (_, all) = s
         .get("/v1/executions?created_after=0001-01-01T00:00:00%2B00:00")
         .await;
     assert_eq!(ids(&all).len(), 5);
-    let (_, none) = s.get("/v1/executions?created_before=1969-12-31T23:59:59Z").await;
+    let (_, none) = s
+        .get("/v1/executions?created_before=1969-12-31T23:59:59Z")
+        .await;
     assert!(ids(&none).is_empty());
     let (status, body) = s.get("/v1/executions?created_after=yesterday").await;
     assert_eq!(

@@ -132,7 +132,11 @@ fn time_or_empty() -> utoipa::openapi::schema::Schema {
                 .schema_type(Type::String)
                 .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
         )
-        .item(ObjectBuilder::new().schema_type(Type::String).max_length(Some(0)))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .max_length(Some(0)),
+        )
         .build()
         .into()
 }
