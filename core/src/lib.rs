@@ -10,6 +10,7 @@
 
 pub mod builtin;
 pub mod check;
+pub mod cluster;
 pub mod diagnostic;
 pub mod engine;
 pub mod eval;

@@ -427,3 +427,21 @@ fn a_fetch_the_store_cannot_answer_fails_its_request_and_is_tried_again() {
     h.answer(&c, Ok(()));
     assert_eq!(h.replies.remove(&rid), Some(201));
 }
+
+#[test]
+fn a_timer_that_fires_early_is_asked_for_again() {
+    let mut h = Harness::new(1);
+    assert_eq!(h.wake, Some(T0 + 100));
+    // The driver's timer fires a millisecond before the node's clock says
+    // the time came (a wall clock slewed slower than the timer's): nothing
+    // is due, and the same time is asked for again.
+    h.wake = None;
+    h.now = T0 + 99;
+    let ticks = h.node.stats().ticks;
+    h.feed(NodeInput::Time);
+    assert_eq!(h.node.stats().ticks, ticks, "nothing was due");
+    assert_eq!(h.wake, Some(T0 + 100), "the time is asked for again");
+    h.now = T0 + 100;
+    h.feed(NodeInput::Time);
+    assert_eq!(h.node.stats().ticks, ticks + 1);
+}

@@ -136,16 +136,14 @@ impl World {
 
     /// An answer of the server to the executor (in process: immediate).
     pub(crate) fn builtin_answer(&mut self, req: u64, response: Response) {
-        if let Some(inc) = self.server.as_ref().map(|s| s.inc) {
+        if let Some(inc) = self.server().map(|s| s.inc) {
             self.at(0, Ev::Builtin(BuiltinEv::Answer { inc, req, response }));
         }
     }
 
     pub(crate) fn builtin_event(&mut self, ev: BuiltinEv) {
         let live = |w: &World, inc: u64| {
-            w.builtin.enabled
-                && w.builtin.inc == inc
-                && w.server.as_ref().is_some_and(|s| s.inc == inc)
+            w.builtin.enabled && w.builtin.inc == inc && w.server().is_some_and(|s| s.inc == inc)
         };
         match ev {
             BuiltinEv::Call { inc, req, request } => {

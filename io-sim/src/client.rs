@@ -186,6 +186,17 @@ impl World {
                 client_id,
                 key,
             } => {
+                if response.error_code() == Some("UNKNOWN_WORKFLOW") {
+                    // Every workflow a client starts was deployed (and
+                    // acknowledged) before the run began.
+                    return self.fail(Violation::new(
+                        Invariant::NoLostCommits,
+                        format!(
+                            "a start of the deployed workflow {workflow} was answered {}",
+                            response.body
+                        ),
+                    ));
+                }
                 let Some(exec) = response
                     .body
                     .get("execution_id")

@@ -37,11 +37,15 @@ pub enum Scenario {
     /// The built-in HTTP task (`orbit.http`): requests that fail, are
     /// refused or lose their answer, while the server crashes under them.
     BuiltinHttp,
+    /// `--cluster` leader mode: two or three nodes with skewed, drifting
+    /// clocks over one database; the leader killed mid-commit, paused past
+    /// `--node-timeout` with its writes queued, cut off from the database.
+    ClusterLeader,
 }
 
 impl Scenario {
     /// Every scenario, in a fixed order.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Swarm,
         Scenario::SteadyLoad,
         Scenario::CrashStorm,
@@ -54,6 +58,7 @@ impl Scenario {
         Scenario::IdempotentStarts,
         Scenario::ClockJumps,
         Scenario::BuiltinHttp,
+        Scenario::ClusterLeader,
     ];
 
     /// The command-line name (`crash-storm`).
@@ -71,6 +76,7 @@ impl Scenario {
             Scenario::IdempotentStarts => "idempotent-starts",
             Scenario::ClockJumps => "clock-jumps",
             Scenario::BuiltinHttp => "builtin-http",
+            Scenario::ClusterLeader => "cluster-leader",
         }
     }
 
@@ -141,10 +147,22 @@ pub struct Faults {
     /// Probability that a worker shuts down gracefully after a task (drops
     /// its poll, unregisters, comes back later with a new session).
     pub worker_unregister_probability: f64,
+    /// Cluster: how far a node's clock may be off the database's, either
+    /// way, in ms.
+    pub clock_skew_ms_max: Millis,
+    /// Cluster: how fast a node's clock may run off, either way, in parts
+    /// per million.
+    pub clock_drift_ppm_max: Millis,
+    /// Cluster: probability (each of up to three chances) that a node is
+    /// paused past `--node-timeout` and resumed with its writes queued.
+    pub node_pause_probability: f64,
+    /// Cluster: probability (each of up to three chances) that a node is
+    /// cut off from the database for a while.
+    pub node_db_cut_probability: f64,
 }
 
 /// Kinds of faults `--faults` can keep (the others are switched off).
-pub const FAULT_KINDS: [&str; 7] = [
+pub const FAULT_KINDS: [&str; 9] = [
     "crash",
     "storage",
     "network",
@@ -152,6 +170,8 @@ pub const FAULT_KINDS: [&str; 7] = [
     "workers",
     "cancel",
     "clock",
+    "pause",
+    "db-cut",
 ];
 
 impl Faults {
@@ -188,6 +208,14 @@ impl Faults {
         }
         if !keep("clock") {
             self.clock_jump_probability = 0.0;
+            self.clock_skew_ms_max = 0;
+            self.clock_drift_ppm_max = 0;
+        }
+        if !keep("pause") {
+            self.node_pause_probability = 0.0;
+        }
+        if !keep("db-cut") {
+            self.node_db_cut_probability = 0.0;
         }
     }
 }
@@ -230,6 +258,10 @@ pub struct SimConfig {
     pub idempotency_ttl_ms: Millis,
     /// Group commits the node writes at once (production's default is 2).
     pub commits_in_flight: usize,
+    /// Nodes of a simulated `--cluster` (1: a single server, no lease).
+    pub cluster_nodes: usize,
+    /// The cluster's `--node-timeout`, in ms.
+    pub node_timeout_ms: Millis,
 }
 
 fn p(rng: &mut SimRng, max: f64) -> f64 {
@@ -265,6 +297,8 @@ impl SimConfig {
             max_active_executions: None,
             idempotency_ttl_ms: 24 * 3600 * 1000,
             commits_in_flight: 2,
+            cluster_nodes: 1,
+            node_timeout_ms: 5_000,
         };
         let f = &mut c.faults;
         f.net_delay_ms_max = rng.between(1, 200);
@@ -366,6 +400,24 @@ impl SimConfig {
                 f.worker_fail_probability = p(&mut rng, 0.1);
                 f.client_cancel_probability = p(&mut rng, 0.2);
             }
+            Scenario::ClusterLeader => {
+                f.server_crash_interval_ms_mean = if rng.chance(0.7) {
+                    rng.between(3, 15) * 1000
+                } else {
+                    0
+                };
+                f.server_restart_ms_max = rng.between(100, 5000);
+                f.store_commit_fail_probability = p(&mut rng, 0.05);
+                f.store_commit_ambiguous_probability = p(&mut rng, 0.1);
+                f.store_slow_probability = p(&mut rng, 0.2);
+                f.store_slow_ms_max = rng.between(100, 3000);
+                f.net_loss_probability = p(&mut rng, 0.05);
+                f.net_duplicate_probability = p(&mut rng, 0.05);
+                f.worker_crash_probability = p(&mut rng, 0.05);
+                f.worker_fail_probability = p(&mut rng, 0.1);
+                f.client_cancel_probability = p(&mut rng, 0.2);
+                f.clock_jump_probability = p(&mut rng, 0.5);
+            }
             Scenario::IdempotentStarts => {
                 c.client_id_probability = rng.float(0.2, 0.6);
                 c.idempotency_key_probability = rng.float(0.3, 0.9);
@@ -438,6 +490,17 @@ impl SimConfig {
             // Drawn last, so that the draws above stay what they were.
             c.commits_in_flight = rng.between(1, 3) as usize;
         }
+        if scenario == Scenario::ClusterLeader {
+            c.cluster_nodes = rng.between(2, 3) as usize;
+            c.node_timeout_ms = rng.between(1, 5) * 1000;
+            f.clock_skew_ms_max = rng.between(0, 4000);
+            f.clock_drift_ppm_max = rng.between(0, 500);
+            f.clock_jump_ms_max = rng.between(200, 3000);
+            f.node_pause_probability = rng.float(0.3, 1.0);
+            f.node_db_cut_probability = rng.float(0.2, 0.9);
+            f.net_partition_probability = p(&mut rng, 0.3);
+            c.commits_in_flight = rng.between(1, 3) as usize;
+        }
         c
     }
 
@@ -482,6 +545,14 @@ impl fmt::Display for SimConfig {
         }
         writeln!(f, "idempotency_ttl_ms = {}", self.idempotency_ttl_ms)?;
         writeln!(f, "commits_in_flight = {}", self.commits_in_flight)?;
+        if self.cluster_nodes > 1 {
+            writeln!(f, "cluster_nodes = {}", self.cluster_nodes)?;
+            writeln!(f, "node_timeout_ms = {}", self.node_timeout_ms)?;
+            writeln!(f, "clock_skew_ms_max = {}", x.clock_skew_ms_max)?;
+            writeln!(f, "clock_drift_ppm_max = {}", x.clock_drift_ppm_max)?;
+            writeln!(f, "node_pause_probability = {}", x.node_pause_probability)?;
+            writeln!(f, "node_db_cut_probability = {}", x.node_db_cut_probability)?;
+        }
         let rows: [(&str, String); 22] = [
             (
                 "store_commit_fail_probability",

@@ -37,6 +37,7 @@ mod world;
 
 pub use bugs::Bugs;
 pub use config::{Faults, Scenario, SimConfig};
+pub use orbit_core::cluster::ClusterBug;
 pub use orbit_core::engine::Bug;
 pub use orbit_core::node::NodeStats;
 pub use report::{Outcome, Report};

@@ -7,7 +7,8 @@
 //! planted bug ([`StoreBug`]) is switched on for the "teeth" tests.
 
 use async_trait::async_trait;
-use orbit_core::history::Event;
+use orbit_core::cluster::{check_leader, LeaseState};
+use orbit_core::history::{Event, Millis};
 use orbit_core::store::{
     check_appends, is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter,
     Owner, QueueOp, Storage, StorageError, StoredExecution, Transaction,
@@ -41,6 +42,8 @@ struct State {
     idempotency: BTreeMap<(String, String), IdempotencyRecord>,
     queue: BTreeMap<(String, String), QueueOp>,
     commits: u64,
+    /// The `--cluster` leader lease row, judged by the database's clock.
+    lease: LeaseState,
 }
 
 /// The simulated durable store.
@@ -129,6 +132,84 @@ impl SimStore {
         }
         s.commits += 1;
         Ok(())
+    }
+
+    /// Applies `tx` as the leader `node` of term `epoch` would: the lease
+    /// row is checked in the same transaction (unless `fenced` is off, a
+    /// planted bug), and a refusal applies nothing.
+    pub fn apply_as_leader(
+        &self,
+        tx: &Transaction,
+        node: &str,
+        epoch: u64,
+        fenced: bool,
+    ) -> Result<(), StorageError> {
+        if fenced {
+            let lease = self.lock().lease.clone();
+            check_leader(&lease.holder, lease.epoch, node, epoch)?;
+        }
+        self.apply(tx)
+    }
+
+    /// The lease row at the database's time `db_now`.
+    pub fn lease(&self, db_now: Millis) -> LeaseState {
+        LeaseState {
+            db_now_ms: db_now,
+            ..self.lock().lease.clone()
+        }
+    }
+
+    /// Takes the lease for `node` with the next epoch, valid for `ttl_ms`
+    /// from `db_now`, if it has expired as judged at `judged_at` (the
+    /// database's `now` unless a planted bug substitutes the node's clock).
+    /// Returns the new epoch, or `None` when it is held.
+    pub fn lease_take(
+        &self,
+        node: &str,
+        ttl_ms: Millis,
+        db_now: Millis,
+        judged_at: Millis,
+    ) -> Option<u64> {
+        let mut s = self.lock();
+        if s.lease.expires_at_ms > judged_at {
+            return None;
+        }
+        s.lease.holder = node.to_owned();
+        s.lease.epoch += 1;
+        s.lease.expires_at_ms = db_now + ttl_ms;
+        Some(s.lease.epoch)
+    }
+
+    /// Extends `node`'s term `epoch` to `ttl_ms` from `db_now`; refused with
+    /// the lease as it is when the lease moved on.
+    pub fn lease_renew(
+        &self,
+        node: &str,
+        epoch: u64,
+        ttl_ms: Millis,
+        db_now: Millis,
+    ) -> Result<(), LeaseState> {
+        let mut s = self.lock();
+        if s.lease.holder == node && s.lease.epoch == epoch {
+            s.lease.expires_at_ms = db_now + ttl_ms;
+            Ok(())
+        } else {
+            Err(LeaseState {
+                db_now_ms: db_now,
+                ..s.lease.clone()
+            })
+        }
+    }
+
+    /// Ends `node`'s term `epoch` now (a clean hand-over).
+    pub fn lease_release(&self, node: &str, epoch: u64, db_now: Millis) -> bool {
+        let mut s = self.lock();
+        if s.lease.holder == node && s.lease.epoch == epoch {
+            s.lease.expires_at_ms = db_now;
+            true
+        } else {
+            false
+        }
     }
 
     /// The server process died: committed state stays (unless a bug is

@@ -228,7 +228,10 @@ fn mix(scenario: Scenario) -> &'static [(&'static str, u64)] {
         Scenario::SteadyLoad | Scenario::LostWorkers | Scenario::LateAndDuplicate => {
             &[("Plain", 3), ("Saga", 2)]
         }
-        Scenario::CrashStorm | Scenario::StorageFaults | Scenario::ClockJumps => &[
+        Scenario::CrashStorm
+        | Scenario::StorageFaults
+        | Scenario::ClockJumps
+        | Scenario::ClusterLeader => &[
             ("Plain", 2),
             ("Saga", 2),
             ("Waiting", 1),

@@ -23,7 +23,10 @@ use orbit_core::node::{GroupCommit, Io, LoadId, Node, NodeInput, NodeStats};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod cluster;
 mod server;
+
+pub(crate) use cluster::ClusterEv;
 
 /// Virtual time at which every run starts (2026-01-01T00:00:00Z).
 pub const EPOCH_MS: Millis = 1_767_225_600_000;
@@ -41,6 +44,8 @@ pub(crate) enum Actor {
 #[derive(Debug, Clone)]
 pub(crate) enum Ev {
     ToServer {
+        /// The node it was sent to.
+        node: usize,
         from: Actor,
         req: u64,
         request: Request,
@@ -66,8 +71,12 @@ pub(crate) enum Ev {
         inc: u64,
         wake: u64,
     },
-    Crash,
-    Restart,
+    Crash {
+        node: usize,
+    },
+    Restart {
+        node: usize,
+    },
     Timeout {
         actor: Actor,
         req: u64,
@@ -112,6 +121,8 @@ pub(crate) enum Ev {
     ClockJump,
     FaultsEnd,
     Builtin(BuiltinEv),
+    /// Leader mode: lease calls, recoveries, pauses and database cuts.
+    Cluster(ClusterEv),
 }
 
 impl Ev {
@@ -122,8 +133,8 @@ impl Ev {
             Ev::CommitDone { .. } => 3,
             Ev::ReloadDone { .. } => 4,
             Ev::Tick { .. } => 5,
-            Ev::Crash => 6,
-            Ev::Restart => 7,
+            Ev::Crash { .. } => 6,
+            Ev::Restart { .. } => 7,
             Ev::Timeout { .. } => 8,
             Ev::WorkerWake { .. } => 9,
             Ev::WorkDone { .. } => 10,
@@ -137,6 +148,7 @@ impl Ev {
             Ev::ClockJump => 18,
             Ev::WorkerShutdown { .. } => 19,
             Ev::Builtin(_) => 20,
+            Ev::Cluster(_) => 21,
         }
     }
 }
@@ -145,6 +157,8 @@ pub(crate) struct Server {
     /// The node loop around the server's engine.
     pub node: Node,
     pub inc: u64,
+    /// The name its fenced appends carry.
+    writer: String,
     next_rid: RequestId,
     pending: BTreeMap<RequestId, (Actor, u64)>,
     silenced: BTreeSet<RequestId>,
@@ -161,6 +175,8 @@ pub struct RunOptions {
     pub bugs: Bugs,
     /// Bugs planted in the engine itself (teeth; tests only).
     pub plant: Vec<orbit_core::engine::Bug>,
+    /// Bugs planted in the cluster rules (teeth; tests only).
+    pub cluster_plant: Vec<orbit_core::cluster::ClusterBug>,
 }
 
 /// One simulated world.
@@ -171,7 +187,15 @@ pub struct World {
     queue: BTreeMap<(Millis, u64), Ev>,
     next_ev: u64,
     pub(crate) store: SimStore,
-    pub(crate) server: Option<Server>,
+    /// The server of each node: one node, or the nodes of a simulated
+    /// cluster (`None` while down or, in a cluster, while not leading).
+    pub(crate) servers: Vec<Option<Server>>,
+    /// The node the event being handled concerns.
+    pub(crate) focus: usize,
+    /// Leader mode (the `cluster-leader` scenario), if simulated.
+    cluster: Option<cluster::Cluster>,
+    /// Which node each worker and client sends its requests to.
+    routes: BTreeMap<Actor, usize>,
     incarnation: u64,
     pub(crate) workers: Vec<Worker>,
     pub(crate) clients: Vec<Client>,
@@ -187,16 +211,21 @@ pub struct World {
     workflows: BTreeMap<String, ir::Workflow>,
     pub(crate) violation: Option<Outcome>,
     partitions: BTreeMap<Actor, Millis>,
-    /// How far the server's clock is ahead of (or, negative, behind) the
-    /// reference clock. Steps back land at restarts only, as an engine never
-    /// sees its time go back.
-    clock_offset: i64,
+    /// How far each node's clock is ahead of (or, negative, behind) the
+    /// reference clock (the database's, in a cluster). Steps back land at
+    /// restarts only, as an engine never sees its time go back.
+    clock_offsets: Vec<i64>,
+    /// How fast each node's clock runs off the reference, in parts per
+    /// million (0 on a single node).
+    clock_drift_ppm: Vec<i64>,
     /// A backward step waiting for the next restart, in ms.
     clock_back_pending: Millis,
     /// Every backward step so far, in ms (how far event times may go back).
     clock_back_total: Millis,
     /// Bugs planted in every engine this world boots.
     plant: Vec<orbit_core::engine::Bug>,
+    /// Bugs planted in the cluster rules.
+    cluster_plant: Vec<orbit_core::cluster::ClusterBug>,
     /// Every result a worker sent, by delivery token.
     pub(crate) reports: check::tokens::Reports,
     /// Starts with an Idempotency-Key: the execution each created, with
@@ -225,7 +254,10 @@ impl World {
             queue: BTreeMap::new(),
             next_ev: 0,
             store: SimStore::with_bug(options.bugs.store),
-            server: None,
+            servers: vec![None],
+            focus: 0,
+            cluster: None,
+            routes: BTreeMap::new(),
             incarnation: 0,
             workers: Vec::new(),
             clients: Vec::new(),
@@ -241,10 +273,12 @@ impl World {
             workflows,
             violation: None,
             partitions: BTreeMap::new(),
-            clock_offset: 0,
+            clock_offsets: vec![0],
+            clock_drift_ppm: vec![0],
             clock_back_pending: 0,
             clock_back_total: 0,
             plant: options.plant,
+            cluster_plant: options.cluster_plant,
             reports: BTreeMap::new(),
             created_by_key: BTreeMap::new(),
             builtin: Builtin::new(cfg.scenario == crate::config::Scenario::BuiltinHttp),
@@ -256,8 +290,12 @@ impl World {
     }
 
     fn setup(&mut self) -> Result<(), String> {
-        self.boot();
-        self.deploy()?;
+        if self.cfg.cluster_nodes > 1 {
+            self.cluster_setup()?;
+        } else {
+            self.boot(None);
+            self.deploy()?;
+        }
         for i in 0..self.cfg.workers {
             self.workers.push(Worker::new(format!("w{i}")));
             let life = 0;
@@ -344,6 +382,11 @@ impl World {
             if self.bugs.panic_after_steps == Some(self.stats.steps) {
                 panic!("planted panic at step {}", self.stats.steps);
             }
+            if let Some(until) = self.paused_target(&ev) {
+                // A paused process handles nothing: its events wait.
+                self.at(until - t, ev);
+                continue;
+            }
             self.mix(t);
             self.mix(ev.tag());
             if self.trace {
@@ -374,7 +417,7 @@ impl World {
         self.store.for_each(|_, _| n += 1);
         self.stats.executions = n;
         self.stats.commits = self.store.commits();
-        if let Some(s) = &self.server {
+        for s in self.servers.iter().flatten() {
             self.node_stats.add(s.node.stats());
         }
         self.stats.node = std::mem::take(&mut self.node_stats);
@@ -391,28 +434,55 @@ impl World {
 
     fn step(&mut self, ev: Ev) {
         match ev {
-            Ev::ToServer { from, req, request } => self.deliver_to_server(from, req, request),
+            Ev::ToServer {
+                node,
+                from,
+                req,
+                request,
+            } => {
+                self.focus = node;
+                self.deliver_to_server(from, req, request);
+            }
             Ev::ToActor { to, req, response } => match to {
                 Actor::Worker(w) => self.worker_response(w, req, response),
                 Actor::Client(c) => self.client_response(c, req, response),
                 Actor::Builtin => self.builtin_answer(req, response),
             },
-            Ev::CommitDone { inc, commit } => self.commit_done(inc, commit),
+            Ev::CommitDone { inc, commit } => {
+                self.focus_inc(inc);
+                self.commit_done(inc, commit);
+            }
             Ev::ReloadDone {
                 inc,
                 load,
                 ids,
                 keys,
-            } => self.reload_done(inc, load, ids, keys),
-            Ev::Tick { inc, wake } => self.tick(inc, wake),
-            Ev::Crash => self.crash(),
-            Ev::Restart => self.restart(),
+            } => {
+                self.focus_inc(inc);
+                self.reload_done(inc, load, ids, keys);
+            }
+            Ev::Tick { inc, wake } => {
+                self.focus_inc(inc);
+                self.tick(inc, wake);
+            }
+            Ev::Crash { node } => {
+                self.focus = node;
+                self.crash();
+            }
+            Ev::Restart { node } => {
+                self.focus = node;
+                self.restart();
+            }
+            Ev::Cluster(ev) => self.cluster_event(ev),
             Ev::Timeout { actor, req } => match actor {
                 Actor::Worker(w) => self.worker_timeout(w, req),
                 Actor::Client(c) => self.client_timeout(c, req),
                 Actor::Builtin => {}
             },
-            Ev::Builtin(ev) => self.builtin_event(ev),
+            Ev::Builtin(ev) => {
+                self.focus = 0;
+                self.builtin_event(ev);
+            }
             Ev::WorkerWake { w, life } => self.worker_wake(w, life),
             Ev::WorkDone { w, life, token } => self.work_done(w, life, &token),
             Ev::WorkerCrash { w, life } => self.worker_crash(w, life),
@@ -428,10 +498,12 @@ impl World {
             }
             Ev::FaultsEnd => {
                 self.faults_on = false;
-                if self.server.is_none() {
+                if self.cluster.is_some() {
+                    self.cluster_heal();
+                } else if self.server().is_none() {
                     // A crashed server comes back now, not later.
-                    self.queue.retain(|_, e| !matches!(e, Ev::Restart));
-                    self.at(0, Ev::Restart);
+                    self.queue.retain(|_, e| !matches!(e, Ev::Restart { .. }));
+                    self.at(0, Ev::Restart { node: 0 });
                 }
             }
         }
@@ -455,6 +527,7 @@ impl World {
         if self.cut_off(from) {
             return;
         }
+        let node = self.route(from);
         if self.faults_on && self.rng.chance(self.cfg.faults.net_loss_probability) {
             self.stats.fault("request_lost");
             return;
@@ -465,6 +538,7 @@ impl World {
             self.at(
                 d,
                 Ev::ToServer {
+                    node,
                     from,
                     req,
                     request: request.clone(),
@@ -472,7 +546,15 @@ impl World {
             );
         }
         let d = self.delay();
-        self.at(d, Ev::ToServer { from, req, request });
+        self.at(
+            d,
+            Ev::ToServer {
+                node,
+                from,
+                req,
+                request,
+            },
+        );
     }
 
     /// True while `actor` is partitioned from the server (partitions heal
@@ -510,17 +592,41 @@ impl World {
 
     /// The caller gave up on a request: a parked one is abandoned.
     pub(crate) fn hang_up(&mut self, actor: Actor, req: u64) {
-        let Some(s) = self.server.as_mut() else {
-            return;
-        };
-        let rid = s
-            .pending
+        for node in 0..self.servers.len() {
+            self.focus = node;
+            let Some(s) = self.server_mut() else {
+                continue;
+            };
+            let rid = s
+                .pending
+                .iter()
+                .find(|(_, v)| **v == (actor, req))
+                .map(|(k, _)| *k);
+            if let Some(rid) = rid {
+                s.pending.remove(&rid);
+                self.feed(NodeInput::Abandoned { id: rid });
+            }
+        }
+    }
+
+    /// The running server of the node in focus.
+    pub(crate) fn server(&self) -> Option<&Server> {
+        self.servers[self.focus].as_ref()
+    }
+
+    /// The running server of the node in focus, mutably.
+    pub(crate) fn server_mut(&mut self) -> Option<&mut Server> {
+        self.servers[self.focus].as_mut()
+    }
+
+    /// Focuses the node running incarnation `inc` (unchanged when none does).
+    fn focus_inc(&mut self, inc: u64) {
+        if let Some(n) = self
+            .servers
             .iter()
-            .find(|(_, v)| **v == (actor, req))
-            .map(|(k, _)| *k);
-        if let Some(rid) = rid {
-            s.pending.remove(&rid);
-            self.feed(NodeInput::Abandoned { id: rid });
+            .position(|s| s.as_ref().is_some_and(|s| s.inc == inc))
+        {
+            self.focus = n;
         }
     }
 
@@ -596,8 +702,7 @@ impl World {
     fn check_live(&mut self, batch: &Batch) {
         for a in &batch.executions {
             let live = self
-                .server
-                .as_ref()
+                .server()
                 .and_then(|s| s.node.engine().projection(&a.execution_id).cloned());
             if let Err(v) = self.check_execution(&a.execution_id, live.as_ref()) {
                 self.fail(v);
@@ -627,6 +732,7 @@ impl World {
     }
 
     fn final_checks(&mut self) {
+        self.focus_leader();
         self.recheck_facts();
         if self.violation.is_some() {
             return;
@@ -641,7 +747,7 @@ impl World {
         let workflows = &self.workflows;
         let bound = self.cfg.liveness_ms_max;
         let mut stuck: BTreeMap<String, Violation> = BTreeMap::new();
-        let live_engine = self.server.as_ref().map(|s| s.node.engine());
+        let live_engine = self.server().map(|s| s.node.engine());
         let back = self.clock_back_total + self.clock_back_pending;
         let mut facts: BTreeMap<&str, Vec<&Fact>> = BTreeMap::new();
         for f in &self.facts {
@@ -695,7 +801,7 @@ impl World {
     /// Reads every committed execution back through the live server (no
     /// faults, no randomness drawn) and compares it with the store.
     fn read_back(&mut self) -> Result<(), Violation> {
-        if self.server.is_none() {
+        if self.server().is_none() {
             return Ok(());
         }
         let mut rows = Vec::new();
@@ -737,8 +843,9 @@ impl World {
         Ok(())
     }
 
-    fn quiescent(&self) -> bool {
-        if self.server.is_none() || self.clients.iter().any(|c| !c.open_ops().is_empty()) {
+    fn quiescent(&mut self) -> bool {
+        self.focus_leader();
+        if self.server().is_none() || self.clients.iter().any(|c| !c.open_ops().is_empty()) {
             return false;
         }
         let mut all = true;
@@ -771,10 +878,15 @@ pub(super) fn plant_key_from_attempt(response: &mut Response) {
 
 fn describe(ev: &Ev) -> String {
     match ev {
-        Ev::ToServer { from, req, request } => {
+        Ev::ToServer {
+            node,
+            from,
+            req,
+            request,
+        } => {
             let text = format!("{request:?}");
             let short: String = text.chars().take(160).collect();
-            format!("net -> server from {from:?}#{req}: {short}")
+            format!("net -> server {node} from {from:?}#{req}: {short}")
         }
         Ev::ToActor { to, req, response } => {
             let body = response.body.to_string();

@@ -97,6 +97,19 @@ pub fn first_catch_planted(
     )
 }
 
+/// Like [`first_catch`], with a bug planted in the cluster rules (the
+/// `cluster-leader` scenario).
+pub fn first_catch_cluster(bug: orbit_io_sim::ClusterBug, max: u64) -> Option<(u64, Report)> {
+    first_catch_with(
+        Scenario::ClusterLeader,
+        &orbit_io_sim::RunOptions {
+            cluster_plant: vec![bug],
+            ..orbit_io_sim::RunOptions::default()
+        },
+        max,
+    )
+}
+
 fn first_catch_with(
     scenario: Scenario,
     options: &orbit_io_sim::RunOptions,

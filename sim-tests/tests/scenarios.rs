@@ -80,3 +80,8 @@ fn clock_jumps_across_crashes() {
 fn builtin_http_task_across_crashes() {
     run(Scenario::BuiltinHttp, 12);
 }
+
+#[test]
+fn cluster_leader_with_takeovers_pauses_and_skew() {
+    run(Scenario::ClusterLeader, 13);
+}

@@ -124,7 +124,15 @@ impl Node {
             NodeInput::Committed { commit, result } => self.committed(now, commit, result),
             NodeInput::Loaded { load, result } => self.loaded(now, load, result),
             NodeInput::Fetched { load, result } => self.fetched(now, load, result),
-            NodeInput::Time => self.time(now),
+            NodeInput::Time => {
+                // The driver's timer fired: whatever was asked for is asked
+                // again. A timer may fire before `now` reaches the time asked
+                // for (a wall clock slewed slower than the timer's clock);
+                // nothing is due then, and without a new request nothing
+                // would ever tick again.
+                self.wake_sent = None;
+                self.time(now);
+            }
         }
         self.start_commit();
         self.ask_wake();

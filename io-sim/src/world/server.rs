@@ -22,8 +22,10 @@ use std::sync::Arc;
 pub(super) const TICK_EVERY_MS: Millis = 500;
 
 impl World {
-    pub(super) fn boot(&mut self) {
-        if let Some(old) = self.server.take() {
+    /// Boots a server on the node in focus: a fresh engine, with the
+    /// fencing `epoch` of its leadership term in a cluster.
+    pub(super) fn boot(&mut self, epoch: Option<u64>) {
+        if let Some(old) = self.servers[self.focus].take() {
             self.node_stats.add(old.node.stats());
         }
         self.incarnation += 1;
@@ -32,6 +34,7 @@ impl World {
             session_timeout_ms: self.cfg.session_timeout_ms,
             max_active_executions: self.cfg.max_active_executions,
             idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
+            epoch,
             ..Config::default()
         };
         let mut engine = Engine::new(config, Box::new(ids));
@@ -46,8 +49,13 @@ impl World {
                 ..NodeConfig::default()
             },
         );
-        self.server = Some(Server {
+        let writer = match &self.cluster {
+            Some(c) => c.nodes[self.focus].id.clone(),
+            None => convert::NODE.to_owned(),
+        };
+        self.servers[self.focus] = Some(Server {
             node,
+            writer,
             inc: self.incarnation,
             next_rid: 1,
             pending: BTreeMap::new(),
@@ -73,8 +81,7 @@ impl World {
             for io in ios {
                 match io {
                     Io::Commit(commit) => {
-                        let tx = convert::group_transaction(&commit.batches, convert::NODE);
-                        let result = self.store.apply(&tx);
+                        let result = self.apply_commit(&commit);
                         if let Err(e) = &result {
                             return Err(format!("deploy failed: {e}"));
                         }
@@ -111,24 +118,34 @@ impl World {
             return;
         }
         let step = self.rng.between(100, self.cfg.faults.clock_jump_ms_max);
+        if self.cluster.is_some() {
+            // A cluster node's clock steps forward while it runs.
+            self.focus = self.rng.between(0, self.servers.len() as u64 - 1) as usize;
+            self.stats.fault("clock_jump");
+            self.clock_offsets[self.focus] += step as i64;
+            return self.cluster_clock_spread();
+        }
         if self.rng.chance(self.cfg.faults.clock_back_probability) {
             self.stats.fault("clock_step_back");
             self.clock_back_pending += step;
         } else {
             self.stats.fault("clock_jump");
-            self.clock_offset += step as i64;
+            self.clock_offsets[self.focus] += step as i64;
         }
     }
 
     /// The server's clock: reference time plus its offset.
     pub(super) fn server_now(&self) -> Millis {
-        self.now.saturating_add_signed(self.clock_offset)
+        let drift =
+            (self.now - super::EPOCH_MS) as i64 * self.clock_drift_ppm[self.focus] / 1_000_000;
+        self.now
+            .saturating_add_signed(self.clock_offsets[self.focus] + drift)
     }
 
     /// Feeds the running node (nothing when the server is down).
     pub(super) fn node_handle(&mut self, input: NodeInput) -> Vec<Io> {
         let now = self.server_now();
-        match self.server.as_mut() {
+        match self.server_mut() {
             Some(s) => s.node.handle(now, input),
             None => Vec::new(),
         }
@@ -141,18 +158,28 @@ impl World {
     }
 
     pub(super) fn restart(&mut self) {
-        if self.server.is_some() {
+        if self.cluster.is_some() {
+            return self.cluster_restart();
+        }
+        if self.server().is_some() {
             return;
         }
         if self.faults_on && self.rng.chance(self.cfg.faults.clock_jump_probability) {
             self.clock_jump();
         }
         if self.clock_back_pending > 0 {
-            self.clock_offset -= self.clock_back_pending as i64;
+            self.clock_offsets[self.focus] -= self.clock_back_pending as i64;
             self.clock_back_total += self.clock_back_pending;
             self.clock_back_pending = 0;
         }
-        self.boot();
+        self.boot(None);
+        self.recover();
+        self.schedule_crash();
+    }
+
+    /// Feeds the server in focus what a restarted driver reads: the
+    /// definitions and the work in progress, as the store holds them now.
+    pub(super) fn recover(&mut self) {
         let definitions = self
             .store
             .definitions()
@@ -173,7 +200,6 @@ impl World {
             executions,
             idempotency: Vec::new(),
         });
-        self.schedule_crash();
     }
 
     pub(super) fn schedule_crash(&mut self) {
@@ -188,17 +214,19 @@ impl World {
             self.rng.between(mean / 4, mean * 2)
         };
         if self.now + delay < self.faults_end_at {
-            self.at(delay, Ev::Crash);
+            let node = self.focus;
+            self.at(delay, Ev::Crash { node });
         }
     }
 
     pub(super) fn crash(&mut self) {
-        let Some(server) = self.server.take() else {
+        let Some(server) = self.servers[self.focus].take() else {
             return;
         };
         self.stats.fault("server_crash");
         self.node_stats.add(server.node.stats());
         // Group commits in flight: each landed whole or vanished.
+        self.cluster_crashed(server.inc);
         let inflight: Vec<(Millis, u64)> = self
             .queue
             .iter()
@@ -209,8 +237,10 @@ impl World {
             if let Some(Ev::CommitDone { commit, .. }) = self.queue.remove(&k) {
                 if self.rng.chance(0.5) {
                     self.stats.fault("commit_landed_then_crash");
-                    let tx = convert::group_transaction(&commit.batches, convert::NODE);
-                    if self.store.apply(&tx).is_ok() {
+                    if self
+                        .apply_commit_of(server.inc, &server.writer, &commit)
+                        .is_ok()
+                    {
                         for b in &commit.batches {
                             self.check_batch(b);
                         }
@@ -227,17 +257,22 @@ impl World {
         let delay = self
             .rng
             .between(10, self.cfg.faults.server_restart_ms_max.max(10));
-        self.at(delay, Ev::Restart);
+        let node = self.focus;
+        self.at(delay, Ev::Restart { node });
     }
 
     pub(crate) fn deliver_to_server(&mut self, from: Actor, req: u64, request: Request) {
-        let Some(s) = self.server.as_mut() else {
+        if self.cluster.is_some() && !self.serving() {
+            return self.not_leader(from, req);
+        }
+        let ack_early = self.bugs.ack_before_commit;
+        let Some(s) = self.servers[self.focus].as_mut() else {
             return; // connection refused: the caller times out
         };
         let rid = s.next_rid;
         s.next_rid += 1;
         s.pending.insert(rid, (from, req));
-        if self.bugs.ack_before_commit && matches!(request, Request::Result { .. }) {
+        if ack_early && matches!(request, Request::Result { .. }) {
             s.silenced.insert(rid);
             let early = Response::ok(200, serde_json::json!({"accepted": true}));
             self.send_to_actor(from, req, early);
@@ -247,7 +282,7 @@ impl World {
 
     /// Performs the node's I/O.
     pub(crate) fn run_io(&mut self, ios: Vec<Io>) {
-        let Some(inc) = self.server.as_ref().map(|s| s.inc) else {
+        let Some(inc) = self.server().map(|s| s.inc) else {
             return;
         };
         for io in ios {
@@ -300,7 +335,7 @@ impl World {
                     request,
                     mut response,
                 } => {
-                    let Some(s) = self.server.as_mut() else {
+                    let Some(s) = self.server_mut() else {
                         continue;
                     };
                     let Some((actor, req)) = s.pending.remove(&request) else {
@@ -317,7 +352,7 @@ impl World {
                 }
                 Io::WakeAt(t) => {
                     let delay = t.saturating_sub(self.server_now());
-                    let Some(s) = self.server.as_mut() else {
+                    let Some(s) = self.server_mut() else {
                         continue;
                     };
                     s.wake_gen += 1;
@@ -332,8 +367,7 @@ impl World {
     /// The time a node asked for came (only its latest `WakeAt` counts).
     pub(super) fn tick(&mut self, inc: u64, wake: u64) {
         if self
-            .server
-            .as_ref()
+            .server()
             .is_some_and(|s| s.inc == inc && s.wake_gen == wake)
         {
             self.feed(NodeInput::Time);
@@ -343,10 +377,19 @@ impl World {
     /// A group commit reaches the store: a fault strikes all of it, or the
     /// store applies it whole (or refuses it with a `Conflict`).
     pub(super) fn commit_done(&mut self, inc: u64, commit: Arc<GroupCommit>) {
-        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
+        if self.server().is_none_or(|s| s.inc != inc) {
+            // A deposed leader's write still reaches the database, where
+            // the lease fences it.
+            if let Some((node, _)) = self.cluster_term(inc) {
+                let writer = self.cluster_writer(node);
+                if self.apply_commit_of(inc, &writer, &commit).is_ok() {
+                    for b in &commit.batches {
+                        self.check_batch(b);
+                    }
+                }
+            }
             return;
         }
-        let tx = convert::group_transaction(&commit.batches, convert::NODE);
         let many = commit.batches.len() > 1;
         let f = &self.cfg.faults;
         let (fail_p, ambiguous_p) = (
@@ -362,7 +405,7 @@ impl World {
         } else if self.faults_on && self.rng.chance(ambiguous_p) {
             if self.rng.chance(0.5) {
                 self.stats.fault("commit_ambiguous_applied");
-                applied = self.store.apply(&tx).is_ok();
+                applied = self.apply_commit(&commit).is_ok();
             } else {
                 self.stats.fault("commit_ambiguous_lost");
             }
@@ -370,7 +413,7 @@ impl World {
                 "simulated: connection lost during COMMIT".into(),
             ))
         } else {
-            let r = self.store.apply(&tx);
+            let r = self.apply_commit(&commit);
             applied = r.is_ok();
             r
         };
@@ -407,6 +450,8 @@ impl World {
                 self.check_batch(b);
             }
         }
+        let fenced = self.cluster.is_some()
+            && matches!(&result, Err(e) if *e == orbit_core::cluster::fence::refusal());
         self.feed(NodeInput::Committed {
             commit: commit.id,
             result,
@@ -415,6 +460,34 @@ impl World {
             for b in &commit.batches {
                 self.check_live(b);
             }
+        }
+        if fenced {
+            self.step_down("a write was fenced");
+        }
+    }
+
+    /// Applies a group commit of the server in focus to the store.
+    fn apply_commit(&mut self, commit: &GroupCommit) -> Result<(), StorageError> {
+        let (inc, writer) = match self.server() {
+            Some(s) => (s.inc, s.writer.clone()),
+            None => return Err(StorageError::Unavailable("no server".into())),
+        };
+        self.apply_commit_of(inc, &writer, commit)
+    }
+
+    /// Applies a group commit of incarnation `inc` (written as `writer`) to
+    /// the store: as a leader's write in a cluster (fenced by the lease,
+    /// and refused while its node is cut off from the database).
+    pub(super) fn apply_commit_of(
+        &mut self,
+        inc: u64,
+        writer: &str,
+        commit: &GroupCommit,
+    ) -> Result<(), StorageError> {
+        let tx = convert::group_transaction(&commit.batches, writer);
+        match self.cluster_term(inc) {
+            Some((node, epoch)) => self.apply_as_leader(node, epoch, &tx),
+            None => self.store.apply(&tx),
         }
     }
 
@@ -427,7 +500,7 @@ impl World {
         ids: Vec<String>,
         keys: Option<Vec<String>>,
     ) {
-        if self.server.as_ref().is_none_or(|s| s.inc != inc) {
+        if self.server().is_none_or(|s| s.inc != inc) {
             return;
         }
         let failed = self.faults_on

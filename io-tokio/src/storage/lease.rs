@@ -24,30 +24,9 @@ fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// The lease as the database sees it now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseState {
-    /// The node holding (or last holding) it; empty before the first leader.
-    pub holder: String,
-    /// The epoch of the current (or last) leadership term; 0 before any.
-    pub epoch: u64,
-    /// When it expires, ms since the Unix epoch (database clock).
-    pub expires_at_ms: u64,
-    /// The database's `now()` when this was read, ms since the Unix epoch.
-    pub db_now_ms: u64,
-}
-
-impl LeaseState {
-    /// Whether the lease has run out (nobody leads until it is taken).
-    pub fn expired(&self) -> bool {
-        self.expires_at_ms <= self.db_now_ms
-    }
-
-    /// Time left until it expires (zero once expired).
-    pub fn remaining(&self) -> Duration {
-        Duration::from_millis(self.expires_at_ms.saturating_sub(self.db_now_ms))
-    }
-}
+/// The lease as the database sees it now (the rules around it are in
+/// `orbit_core::cluster`, shared with the simulated cluster).
+pub use orbit_core::cluster::LeaseState;
 
 /// One node's last contact, as `GET /v1/cluster` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -302,10 +281,7 @@ impl LeaderFence {
     /// The refusal of a commit: a `Conflict` naming no execution, which the
     /// driver reads as "this writer is fenced" (message `fenced: ...`).
     pub fn refusal() -> StorageError {
-        StorageError::Conflict {
-            fenced: Vec::new(),
-            stale: Vec::new(),
-        }
+        orbit_core::cluster::fence::refusal()
     }
 
     /// Checks the term inside the commit's transaction on `conn`.
@@ -319,7 +295,7 @@ impl LeaderFence {
             .map_err(unavailable)?;
         let holder: String = row.try_get(0).map_err(unavailable)?;
         let epoch = to_u64(row.try_get(1).map_err(unavailable)?);
-        if holder == self.node_id && epoch == self.epoch {
+        if orbit_core::cluster::check_leader(&holder, epoch, &self.node_id, self.epoch).is_ok() {
             return Ok(());
         }
         tracing::warn!(

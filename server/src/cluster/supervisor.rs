@@ -122,7 +122,7 @@ async fn standby(node: &Node, stop: &watch::Receiver<bool>) -> Option<(u64, Inst
                         leader_url: None,
                     });
                 } else {
-                    wait = every.min(state.remaining() + Duration::from_millis(5));
+                    wait = every.min(Duration::from_millis(state.remaining_ms() + 5));
                     let known = node.view();
                     let leader_url = if known.leader_node_id.as_deref() == Some(&state.holder)
                         && known.leader_url.is_some()

@@ -8,7 +8,7 @@
 
 use orbit_io_sim::config::FAULT_KINDS;
 use orbit_io_sim::report::{EXIT_CORRECTNESS, EXIT_CRASH, EXIT_LIVENESS, EXIT_OK, EXIT_USAGE};
-use orbit_io_sim::{run_with, Bug, NodeStats, RunOptions, Scenario, SimConfig};
+use orbit_io_sim::{run_with, Bug, ClusterBug, NodeStats, RunOptions, Scenario, SimConfig};
 use orbit_sim_tests::parse_seed;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -21,13 +21,14 @@ const USAGE: &str =
   --scenario NAME one of: swarm (default), steady-load, crash-storm, lost-workers,
                   late-and-duplicate, storage-faults, cancel-compensation,
                   signals-sleeps, child-workflows, idempotent-starts, clock-jumps,
-                  builtin-http, all
+                  builtin-http, cluster-leader, all
   --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
-                  network, partition, workers, cancel, clock
+                  network, partition, workers, cancel, clock, pause, db-cut
   --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
                   uncertain-as-failed, stale-failure-accepted, double-success,
                   dispatch-before-commit, key-released-on-ambiguous,
-                  hand-out-to-dead-session
+                  hand-out-to-dead-session; and cluster bugs (cluster-leader):
+                  skip-epoch-check, lease-by-own-clock, serve-before-recovery
   --trace         print every step of the world (with --seed)
   --quiet         with --seeds, print only failures and the summary";
 
@@ -40,6 +41,7 @@ struct Args {
     quiet: bool,
     faults: Option<Vec<&'static str>>,
     plant: Vec<Bug>,
+    cluster_plant: Vec<ClusterBug>,
 }
 
 impl Args {
@@ -47,16 +49,22 @@ impl Args {
         RunOptions {
             trace,
             plant: self.plant.clone(),
+            cluster_plant: self.cluster_plant.clone(),
             ..RunOptions::default()
         }
     }
 
     /// What the repro line adds for planted bugs.
     fn plant_flag(&self) -> String {
-        if self.plant.is_empty() {
+        if self.plant.is_empty() && self.cluster_plant.is_empty() {
             return String::new();
         }
-        let names: Vec<&str> = self.plant.iter().map(|b| b.name()).collect();
+        let names: Vec<&str> = self
+            .plant
+            .iter()
+            .map(|b| b.name())
+            .chain(self.cluster_plant.iter().map(|b| b.name()))
+            .collect();
         format!(" --plant {}", names.join(","))
     }
 
@@ -78,6 +86,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         quiet: false,
         faults: None,
         plant: Vec::new(),
+        cluster_plant: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -122,8 +131,12 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--plant" => {
                 let v = value("--plant")?;
                 for k in v.split(',').filter(|k| !k.is_empty()) {
-                    a.plant
-                        .push(Bug::parse(k).ok_or_else(|| format!("unknown bug `{k}`"))?);
+                    if let Some(bug) = ClusterBug::parse(k) {
+                        a.cluster_plant.push(bug);
+                    } else {
+                        a.plant
+                            .push(Bug::parse(k).ok_or_else(|| format!("unknown bug `{k}`"))?);
+                    }
                 }
             }
             "--trace" => a.trace = true,
