@@ -199,20 +199,34 @@ impl World {
         Ev::Cluster(ClusterEv::Beat { node, generation })
     }
 
-    /// The node that leads now (by its own belief), if any.
+    /// The node that leads now, if any: the one whose term is the lease's
+    /// (a deposed node may still believe it leads until its next beat).
     fn leader(&self) -> Option<usize> {
-        self.cluster
-            .as_ref()?
-            .nodes
+        let epoch = self.store.lease(self.now).epoch;
+        let nodes = &self.cluster.as_ref()?.nodes;
+        nodes
             .iter()
-            .position(|n| matches!(n.role, Role::Leader { .. }))
+            .position(|n| n.role == Role::Leader { epoch })
+            .or_else(|| {
+                nodes
+                    .iter()
+                    .position(|n| matches!(n.role, Role::Leader { .. }))
+            })
     }
 
     /// Focuses the node that leads (a cluster's final checks read through
-    /// it); without a cluster, the one server.
-    pub(super) fn focus_leader(&mut self) {
-        if self.cluster.is_some() {
-            self.focus = self.leader().unwrap_or(0);
+    /// it); without a cluster, the one server. False when no node leads:
+    /// nothing may be read through a node still recovering or deposed.
+    pub(super) fn focus_leader(&mut self) -> bool {
+        if self.cluster.is_none() {
+            return true;
+        }
+        match self.leader() {
+            Some(leader) => {
+                self.focus = leader;
+                true
+            }
+            None => false,
         }
     }
 
