@@ -217,13 +217,8 @@ workflow Later version "1.0.0" {
 }
 "#;
 
-/// Two clients deploy the same definition at once and the first write
-/// fails: the second is not told "registered" on the strength of the first,
-/// it waits and writes the definition itself.
-#[test]
-fn a_deploy_waits_for_the_one_in_flight_instead_of_trusting_it() {
-    let mut w = world();
-    w.mode = Mode::Hold;
+/// The compiled `V2` source, as a deploy carries it.
+fn v2_definitions() -> Vec<orbit_core::engine::DefinitionRecord> {
     let compiled = orbit_core::compile(
         &[orbit_core::Source {
             name: "v2.orbit".into(),
@@ -231,7 +226,7 @@ fn a_deploy_waits_for_the_one_in_flight_instead_of_trusting_it() {
         }],
         &|_, _| None,
     );
-    let defs: Vec<_> = compiled
+    compiled
         .definitions
         .into_iter()
         .map(|d| orbit_core::engine::DefinitionRecord {
@@ -240,7 +235,17 @@ fn a_deploy_waits_for_the_one_in_flight_instead_of_trusting_it() {
             source: V2.into(),
             registered_at: 0,
         })
-        .collect();
+        .collect()
+}
+
+/// Two clients deploy the same definition at once and the first write
+/// fails: the second is not told "registered" on the strength of the first,
+/// it waits and writes the definition itself.
+#[test]
+fn a_deploy_waits_for_the_one_in_flight_instead_of_trusting_it() {
+    let mut w = world();
+    w.mode = Mode::Hold;
+    let defs = v2_definitions();
     let deploy = || Request::Deploy {
         definitions: defs.clone(),
         idempotency: None,
@@ -260,6 +265,51 @@ fn a_deploy_waits_for_the_one_in_flight_instead_of_trusting_it() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body["workflows"][0]["created"], json!(true));
     assert_eq!(w.start("Later", "l-1", json!({"n": 1})).status, 201);
+}
+
+/// A deploy with an Idempotency-Key whose commit comes back `Ambiguous`:
+/// it was in fact stored, with its key's record, but memory does not know.
+/// (Found by the networked cluster simulation, seed 0x54: the retry was
+/// replayed "registered" from the stored record, then the start was
+/// answered `UNKNOWN_WORKFLOW`.) The caller is told the outcome is unknown;
+/// the engine writes the same definitions again at the next tick, and the
+/// retry waits for that, then replays, and the workflow starts.
+#[test]
+fn an_ambiguous_deploy_is_written_again_before_its_key_replays() {
+    for landed in [Mode::AmbiguousApplied, Mode::AmbiguousLost] {
+        let mut w = world();
+        let deploy = || Request::Deploy {
+            definitions: v2_definitions(),
+            idempotency: Some(IdempotencyScope {
+                key: "deploy-1".into(),
+                fingerprint: "fp-deploy".into(),
+            }),
+        };
+        w.mode = Mode::Hold;
+        let first = w.send(deploy());
+        w.release(landed);
+        assert_eq!(
+            w.replies.remove(&first).unwrap().error_code(),
+            Some("STORAGE_ERROR"),
+            "{landed:?}"
+        );
+        let retry = w.send(deploy());
+        assert!(!w.replies.contains_key(&retry), "waits for the re-write");
+        // The re-write happens at the next tick; its first try fails.
+        w.advance(100);
+        w.release(Mode::Unavailable);
+        assert!(!w.replies.contains_key(&retry), "still unsettled");
+        w.mode = Mode::Ok;
+        w.advance(100);
+        let r = w.replies.remove(&retry).unwrap();
+        assert_eq!(r.status, 200, "{landed:?}: {:?}", r.body);
+        assert!(
+            r.replayed,
+            "{landed:?}: the retry replays the stored answer"
+        );
+        assert_eq!(r.body["workflows"][0]["created"], json!(true));
+        assert_eq!(w.start("Later", "l-1", json!({"n": 1})).status, 201);
+    }
 }
 
 /// Another writer moved an execution on while our batch for it was in

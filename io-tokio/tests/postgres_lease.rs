@@ -12,7 +12,7 @@ use orbit_core::check::{compile, Source};
 use orbit_core::engine::{DefinitionRecord, Request, Start};
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::contract::append;
-use orbit_io_tokio::storage::lease::{LeaderFence, LeaseStore, RenewError};
+use orbit_io_tokio::storage::lease::{self, LeaderFence, RenewError, Store};
 use orbit_io_tokio::storage::{PostgresOptions, PostgresStore, Storage, StorageError, Transaction};
 use postgres_support::ScratchDatabase;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ async fn a_deposed_leaders_write_is_fenced_and_applies_nothing() {
     let pg = PostgresStore::open(&PostgresOptions::new(db.url()))
         .await
         .unwrap();
-    let lease = LeaseStore::connect(db.url(), Duration::from_secs(5)).unwrap();
+    let lease = lease::Postgres::connect(db.url(), Duration::from_secs(5)).unwrap();
     let before = lease.read().await.unwrap();
     assert_eq!((before.holder.as_str(), before.epoch), ("", 0));
     assert!(before.expired());
@@ -117,7 +117,7 @@ async fn an_unfenced_store_ignores_the_lease() {
     let pg = PostgresStore::open(&PostgresOptions::new(db.url()))
         .await
         .unwrap();
-    let lease = LeaseStore::connect(db.url(), Duration::from_secs(5)).unwrap();
+    let lease = lease::Postgres::connect(db.url(), Duration::from_secs(5)).unwrap();
     assert_eq!(
         lease
             .try_acquire("someone", Duration::from_secs(60))
@@ -186,7 +186,7 @@ async fn a_fenced_drivers_requests_get_storage_error_fenced_and_nothing_is_writt
     let pg = PostgresStore::open(&PostgresOptions::new(db.url()))
         .await
         .unwrap();
-    let lease = LeaseStore::connect(db.url(), Duration::from_secs(5)).unwrap();
+    let lease = lease::Postgres::connect(db.url(), Duration::from_secs(5)).unwrap();
     let ttl = Duration::from_millis(300);
     assert_eq!(lease.try_acquire("a", ttl).await.unwrap(), Some(1));
     let fence = Arc::new(LeaderFence::new("a", 1));

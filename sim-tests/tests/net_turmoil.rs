@@ -1,7 +1,10 @@
 //! The networked layer: the real axum server, io-tokio driver and SDK
 //! worker/client as turmoil hosts, under partitions, holds, message delay
-//! and server crashes/bounces. A few seeds keep CI time short; reproduce one
-//! with `ORBIT_SEED=<seed> cargo test -p orbit-sim-tests --test net_turmoil`.
+//! and server crashes/bounces; and a `--cluster` of real nodes (supervisor,
+//! lease, fenced terms, `NOT_LEADER` router) whose leader is cut off from
+//! the database and its workers, or killed. A few seeds keep CI time short;
+//! reproduce one with
+//! `ORBIT_SEED=<seed> cargo test -p orbit-sim-tests --test net_turmoil`.
 #![allow(clippy::unwrap_used)]
 
 use orbit_io_sim::check::Invariant;
@@ -47,6 +50,26 @@ fn net_seeds_hold_the_invariants_under_network_and_crash_faults() {
 }
 
 #[test]
+fn net_cluster_seeds_fail_over_when_the_leader_is_isolated_or_killed() {
+    for seed in seeds() {
+        let report = run(NetConfig::sample_cluster(seed));
+        println!("{report}");
+        assert!(
+            report.passed(),
+            "{report}\nrepro: ORBIT_SEED={seed:#x} cargo test -p orbit-sim-tests --test net_turmoil net_cluster"
+        );
+        // The leader was cut off past --node-timeout: another node took
+        // the lease, and everything finished on it.
+        assert!(
+            report.faults.get("isolate").copied().unwrap_or(0) >= 1,
+            "{report}"
+        );
+        assert!(report.epoch >= 2, "no takeover happened: {report}");
+        assert_eq!(report.completed, report.config.executions, "{report}");
+    }
+}
+
+#[test]
 fn net_schedules_differ_between_seeds_and_print_the_seed() {
     let a = NetConfig::sample(1);
     let b = NetConfig::sample(2);
@@ -57,11 +80,13 @@ fn net_schedules_differ_between_seeds_and_print_the_seed() {
 #[test]
 fn net_same_seed_gives_the_same_trace_hash() {
     let seed = seeds()[0];
-    let a = run(NetConfig::sample(seed));
-    let b = run(NetConfig::sample(seed));
-    println!("{a}{b}");
-    assert_eq!(a.trace_hash, b.trace_hash, "seed {seed:#x}");
-    assert_eq!(a.virtual_ms, b.virtual_ms, "seed {seed:#x}");
+    for sample in [NetConfig::sample, NetConfig::sample_cluster] {
+        let a = run(sample(seed));
+        let b = run(sample(seed));
+        println!("{a}{b}");
+        assert_eq!(a.trace_hash, b.trace_hash, "seed {seed:#x}");
+        assert_eq!(a.virtual_ms, b.virtual_ms, "seed {seed:#x}");
+    }
 }
 
 #[test]

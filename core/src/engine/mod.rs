@@ -108,6 +108,9 @@ pub struct Engine {
     by_hash: BTreeMap<String, Arc<DefinitionRecord>>,
     deploying: BTreeMap<(String, String), String>,
     deploy_waiting: VecDeque<(RequestId, Request)>,
+    /// A deploy whose write had an unknown outcome, to be written again at
+    /// the next tick (see `storage.rs`).
+    deploy_unsettled: Option<Txn>,
     executions: BTreeMap<String, Exec>,
     pending: BTreeSet<(Millis, String)>,
     active: BTreeMap<String, String>,
@@ -155,6 +158,7 @@ impl Engine {
             by_hash: BTreeMap::new(),
             deploying: BTreeMap::new(),
             deploy_waiting: VecDeque::new(),
+            deploy_unsettled: None,
             executions: BTreeMap::new(),
             pending: BTreeSet::new(),
             active: BTreeMap::new(),

@@ -19,6 +19,15 @@ impl Engine {
         let Some(txn) = self.batches.remove(&batch) else {
             return;
         };
+        let unknown = match &result {
+            StorageResult::Ambiguous { .. } => true,
+            StorageResult::Unavailable { .. } => txn.unsettled,
+            StorageResult::Ok | StorageResult::Conflict { .. } => false,
+        };
+        if unknown && !txn.definitions.is_empty() {
+            self.unsettle_deploy(txn);
+            return;
+        }
         for d in &txn.definitions {
             self.deploying
                 .remove(&(d.workflow.name.clone(), d.workflow.version.clone()));
@@ -83,6 +92,31 @@ impl Engine {
             self.release_keys(keys);
         }
         self.deploy_next();
+    }
+
+    /// A deploy whose write may or may not have landed. Its callers are told
+    /// so (`503`, retry), and the same definitions and records are written
+    /// again at the next tick — identical definitions are a no-op in the
+    /// store — until the store answers. Meanwhile no other deploy runs and
+    /// its Idempotency-Keys stay taken, so nothing is answered from a
+    /// registration memory does not hold (a replayed "registered" followed
+    /// by `UNKNOWN_WORKFLOW`).
+    fn unsettle_deploy(&mut self, mut txn: Txn) {
+        for r in std::mem::take(&mut txn.replies) {
+            self.out.push(Effect::Reply {
+                request: r.request,
+                response: storage_error("storage outcome unknown; retry the request"),
+            });
+        }
+        txn.unsettled = true;
+        self.deploy_unsettled = Some(txn);
+    }
+
+    /// Writes the unsettled deploy again (at a tick).
+    pub(super) fn settle_deploy(&mut self) {
+        if let Some(txn) = self.deploy_unsettled.take() {
+            self.submit(txn);
+        }
     }
 
     /// Lets requests queued behind these Idempotency-Keys run.

@@ -83,6 +83,7 @@ impl Engine {
         for id in due {
             self.refresh(&id);
         }
+        self.settle_deploy();
     }
 
     /// True when `exec_id` had orphaned dispatches (now in a batch).
@@ -245,7 +246,8 @@ impl Engine {
             self.sessions.values().map(|s| s.last_seen + timeout).min(),
             self.unconfirmed.first().map(|(t, _)| t + timeout),
             self.recovery_until,
-            (!self.soon.is_empty() || !self.orphans.is_empty()).then_some(self.now + TICK_MS),
+            (!self.soon.is_empty() || !self.orphans.is_empty() || self.deploy_unsettled.is_some())
+                .then_some(self.now + TICK_MS),
         ]
         .into_iter()
         .flatten()

@@ -53,6 +53,9 @@ pub(crate) struct Txn {
     pub replies: Vec<PendingReply>,
     /// Tokens handed to sessions by this batch: token -> session.
     pub deliveries: Vec<(String, String)>,
+    /// A deploy written again because an earlier write of it had an
+    /// unknown outcome.
+    pub unsettled: bool,
 }
 
 impl Txn {

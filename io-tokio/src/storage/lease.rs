@@ -1,10 +1,13 @@
-//! The `--cluster` leader lease on PostgreSQL: one row `(holder, epoch,
-//! expires_at)` judged by the database's clock (`now()`) only, the calls a
-//! node makes on it (take, renew, release, read, node contacts), and the
-//! [`LeaderFence`] every commit of the leader checks inside its own
-//! transaction, so a deposed leader's write is refused with nothing applied.
+//! The `--cluster` leader lease: one row `(holder, epoch, expires_at)`
+//! judged by the database's clock (`now()`) only; the calls a node makes on
+//! it (take, renew, release, read, node contacts) as the [`Store`] trait,
+//! implemented on PostgreSQL by [`Postgres`] (and over the simulated
+//! database by the networked simulation); and the [`LeaderFence`] every
+//! commit of the leader checks inside its own transaction, so a deposed
+//! leader's write is refused with nothing applied.
 
 use super::StorageError;
+use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::Row;
 use std::str::FromStr;
@@ -62,21 +65,51 @@ pub enum RenewError {
     Storage(#[from] StorageError),
 }
 
-/// The lease calls of one node, over a small pool of its own (so a renewal
-/// never queues behind the group commit's writer connection).
+/// Where the lease and the node contacts live: the calls one node makes.
+/// Every time in them is the database's.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// The lease now.
+    async fn read(&self) -> Result<LeaseState, StorageError>;
+    /// Takes the lease for `node` if it has expired, with the next epoch,
+    /// valid for `ttl`. Returns the new epoch, or `None` when it is held.
+    async fn try_acquire(&self, node: &str, ttl: Duration) -> Result<Option<u64>, StorageError>;
+    /// Extends `node`'s term `epoch` to `ttl` from now. Refused as
+    /// [`RenewError::Fenced`] when the lease moved on.
+    async fn renew(&self, node: &str, epoch: u64, ttl: Duration) -> Result<(), RenewError>;
+    /// Ends `node`'s term `epoch` now (a clean shutdown), so a standby takes
+    /// over without waiting for the lease to run out.
+    async fn release(&self, node: &str, epoch: u64) -> Result<bool, StorageError>;
+    /// Records `node`'s contact (`role`, `advertise`) at the database's now,
+    /// and forgets nodes silent for longer than `forget_after`.
+    async fn touch(
+        &self,
+        node: &str,
+        advertise: &str,
+        role: &str,
+        forget_after: Duration,
+    ) -> Result<(), StorageError>;
+    /// Every node's last contact, by node id.
+    async fn nodes(&self) -> Result<Vec<NodeContact>, StorageError>;
+    /// Lets go of connections.
+    async fn close(&self);
+}
+
+/// The lease calls of one node on PostgreSQL, over a small pool of its own
+/// (so a renewal never queues behind the group commit's writer connection).
 #[derive(Debug, Clone)]
-pub struct LeaseStore {
+pub struct Postgres {
     pool: PgPool,
 }
 
 const EXPIRES_MS: &str = "(EXTRACT(EPOCH FROM expires_at) * 1000)::BIGINT";
 const NOW_MS: &str = "(EXTRACT(EPOCH FROM now()) * 1000)::BIGINT";
 
-impl LeaseStore {
+impl Postgres {
     /// Connects lazily to `url` (the schema is migrated by
     /// [`super::PostgresStore::open`]); every call waits at most `timeout`
     /// for a connection.
-    pub fn connect(url: &str, timeout: Duration) -> Result<LeaseStore, StorageError> {
+    pub fn connect(url: &str, timeout: Duration) -> Result<Postgres, StorageError> {
         let connect = PgConnectOptions::from_str(url)
             .map_err(unavailable)?
             .application_name("orbit-lease");
@@ -85,11 +118,13 @@ impl LeaseStore {
             .min_connections(0)
             .acquire_timeout(timeout)
             .connect_lazy_with(connect);
-        Ok(LeaseStore { pool })
+        Ok(Postgres { pool })
     }
+}
 
-    /// The lease now.
-    pub async fn read(&self) -> Result<LeaseState, StorageError> {
+#[async_trait]
+impl Store for Postgres {
+    async fn read(&self) -> Result<LeaseState, StorageError> {
         let row = sqlx::query(&format!(
             "SELECT holder, epoch, {EXPIRES_MS}, {NOW_MS} FROM cluster_lease WHERE id = 1"
         ))
@@ -104,13 +139,7 @@ impl LeaseStore {
         })
     }
 
-    /// Takes the lease for `node` if it has expired, with the next epoch,
-    /// valid for `ttl`. Returns the new epoch, or `None` when it is held.
-    pub async fn try_acquire(
-        &self,
-        node: &str,
-        ttl: Duration,
-    ) -> Result<Option<u64>, StorageError> {
+    async fn try_acquire(&self, node: &str, ttl: Duration) -> Result<Option<u64>, StorageError> {
         let epoch: Option<i64> = sqlx::query_scalar(
             "UPDATE cluster_lease SET holder = $1, epoch = epoch + 1, \
              expires_at = now() + $2 * interval '1 millisecond', acquired_at = now() \
@@ -124,9 +153,7 @@ impl LeaseStore {
         Ok(epoch.map(to_u64))
     }
 
-    /// Extends `node`'s term `epoch` to `ttl` from now. Refused as
-    /// [`RenewError::Fenced`] when the lease moved on.
-    pub async fn renew(&self, node: &str, epoch: u64, ttl: Duration) -> Result<(), RenewError> {
+    async fn renew(&self, node: &str, epoch: u64, ttl: Duration) -> Result<(), RenewError> {
         let renewed = sqlx::query(
             "UPDATE cluster_lease SET expires_at = now() + $3 * interval '1 millisecond' \
              WHERE id = 1 AND holder = $1 AND epoch = $2",
@@ -148,9 +175,7 @@ impl LeaseStore {
         })
     }
 
-    /// Ends `node`'s term `epoch` now (a clean shutdown), so a standby takes
-    /// over without waiting for the lease to run out.
-    pub async fn release(&self, node: &str, epoch: u64) -> Result<bool, StorageError> {
+    async fn release(&self, node: &str, epoch: u64) -> Result<bool, StorageError> {
         let released = sqlx::query(
             "UPDATE cluster_lease SET expires_at = now() \
              WHERE id = 1 AND holder = $1 AND epoch = $2",
@@ -164,9 +189,7 @@ impl LeaseStore {
         Ok(released == 1)
     }
 
-    /// Records `node`'s contact (`role`, `advertise`) at the database's now,
-    /// and forgets nodes silent for longer than `forget_after`.
-    pub async fn touch(
+    async fn touch(
         &self,
         node: &str,
         advertise: &str,
@@ -194,8 +217,7 @@ impl LeaseStore {
         Ok(())
     }
 
-    /// Every node's last contact, by node id.
-    pub async fn nodes(&self) -> Result<Vec<NodeContact>, StorageError> {
+    async fn nodes(&self) -> Result<Vec<NodeContact>, StorageError> {
         let rows = sqlx::query(&format!(
             "SELECT node_id, advertise, role, (EXTRACT(EPOCH FROM started_at) * 1000)::BIGINT, \
              (EXTRACT(EPOCH FROM last_seen) * 1000)::BIGINT, {NOW_MS} \
@@ -219,7 +241,7 @@ impl LeaseStore {
     }
 
     /// Closes the pool.
-    pub async fn close(&self) {
+    async fn close(&self) {
         self.pool.close().await;
     }
 }
@@ -295,7 +317,17 @@ impl LeaderFence {
             .map_err(unavailable)?;
         let holder: String = row.try_get(0).map_err(unavailable)?;
         let epoch = to_u64(row.try_get(1).map_err(unavailable)?);
-        if orbit_core::cluster::check_leader(&holder, epoch, &self.node_id, self.epoch).is_ok() {
+        self.judge(&holder, epoch)
+    }
+
+    /// Judges the term against the lease row `(holder, epoch)` read inside
+    /// the commit's transaction: refused (and the term deposed, with a
+    /// `fenced:` warning in the log) unless they are this term's.
+    pub fn judge(&self, holder: &str, epoch: u64) -> Result<(), StorageError> {
+        if self.is_deposed() {
+            return Err(LeaderFence::refusal());
+        }
+        if orbit_core::cluster::check_leader(holder, epoch, &self.node_id, self.epoch).is_ok() {
             return Ok(());
         }
         tracing::warn!(

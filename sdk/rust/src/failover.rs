@@ -6,9 +6,14 @@
 //! answers or the failover window has passed. The server that answered
 //! last is tried first next time, so a worker that was polling a node which
 //! lost the leadership moves to the new leader and stays there.
+//!
+//! Each URL is reached through a transport made by a [`Connector`]: real
+//! HTTP ([`ReqwestTransport`]) by default, the simulated network in the
+//! simulator. Time is tokio's, so a simulated clock drives the window.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::retry::Backoff;
 use crate::transport::{
@@ -32,8 +37,11 @@ const ROUNDS: Backoff = Backoff {
     max: Duration::from_secs(1),
 };
 
+/// Makes the transport to one server URL (`http://host:port`).
+pub type Connector = Arc<dyn Fn(&str) -> Result<Arc<dyn Transport>, TransportError> + Send + Sync>;
+
 struct Targets {
-    list: Vec<(String, ReqwestTransport)>,
+    list: Vec<(String, Arc<dyn Transport>)>,
     current: usize,
 }
 
@@ -43,6 +51,7 @@ pub struct FailoverTransport {
     targets: Mutex<Targets>,
     configured: usize,
     window: Duration,
+    connect: Connector,
 }
 
 impl std::fmt::Debug for FailoverTransport {
@@ -63,13 +72,27 @@ pub fn split_urls(urls: &str) -> Vec<String> {
 }
 
 impl FailoverTransport {
-    /// A transport over `urls` (at least one), tried in this order.
+    /// A transport over `urls` (at least one), tried in this order, each
+    /// spoken to over real HTTP.
     pub fn new(urls: &[String]) -> Result<Self, TransportError> {
-        let mut list = Vec::new();
+        FailoverTransport::with_connector(
+            urls,
+            Arc::new(|url: &str| {
+                ReqwestTransport::new(url).map(|t| Arc::new(t) as Arc<dyn Transport>)
+            }),
+        )
+    }
+
+    /// A transport over `urls` (at least one), tried in this order, each
+    /// reached through the transport `connect` makes for it (also for the
+    /// leader URLs learned later).
+    pub fn with_connector(urls: &[String], connect: Connector) -> Result<Self, TransportError> {
+        let mut list: Vec<(String, Arc<dyn Transport>)> = Vec::new();
         for url in urls {
-            let transport = ReqwestTransport::new(url)?;
-            if !list.iter().any(|(u, _)| u == transport.base_url()) {
-                list.push((transport.base_url().to_owned(), transport));
+            let url = normalized(url);
+            if !list.iter().any(|(u, _)| *u == url) {
+                let transport = connect(&url)?;
+                list.push((url, transport));
             }
         }
         if list.is_empty() {
@@ -79,6 +102,7 @@ impl FailoverTransport {
             configured: list.len(),
             targets: Mutex::new(Targets { list, current: 0 }),
             window: DEFAULT_FAILOVER_WINDOW,
+            connect,
         })
     }
 
@@ -106,7 +130,7 @@ impl FailoverTransport {
         }
     }
 
-    fn pick(&self, index: usize) -> (usize, String, ReqwestTransport) {
+    fn pick(&self, index: usize) -> (usize, String, Arc<dyn Transport>) {
         let t = self.lock();
         let i = index % t.list.len();
         (i, t.list[i].0.clone(), t.list[i].1.clone())
@@ -118,18 +142,18 @@ impl FailoverTransport {
 
     /// The index of `url`, learning it if new.
     fn index_of(&self, url: &str) -> Option<usize> {
-        let url = url.trim_end_matches('/');
+        let url = normalized(url);
         let mut t = self.lock();
-        if let Some(i) = t.list.iter().position(|(u, _)| u == url) {
+        if let Some(i) = t.list.iter().position(|(u, _)| *u == url) {
             return Some(i);
         }
-        let transport = ReqwestTransport::new(url).ok()?;
+        let transport = (self.connect)(&url).ok()?;
         if t.list.len() >= self.configured + MAX_LEARNED {
             // Forget the oldest learned URL.
             t.list.remove(self.configured);
             t.current = 0;
         }
-        t.list.push((url.to_owned(), transport));
+        t.list.push((url, transport));
         Some(t.list.len() - 1)
     }
 
@@ -184,6 +208,11 @@ impl FailoverTransport {
             }
         }
     }
+}
+
+/// `url` without surrounding blanks or trailing slashes.
+fn normalized(url: &str) -> String {
+    url.trim().trim_end_matches('/').to_owned()
 }
 
 /// Whether `response` is a standby's `503 NOT_LEADER`.

@@ -48,7 +48,7 @@ mod worker;
 
 pub use client::{Client, DEFAULT_ATTEMPTS, DEFAULT_SERVER};
 pub use error::Error;
-pub use failover::{split_urls, FailoverTransport, DEFAULT_FAILOVER_WINDOW};
+pub use failover::{split_urls, Connector, FailoverTransport, DEFAULT_FAILOVER_WINDOW};
 pub use options::{ListOptions, StartOptions};
 pub use retry::{retryable_status, Backoff};
 pub use trace::TraceContext;

@@ -399,11 +399,11 @@ async fn serve_cluster(
     api_options: api::Options,
     connection_limits: limits::ConnectionLimits,
 ) -> Result<(), ServerError> {
-    use orbit_io_tokio::storage::lease::LeaseStore;
+    use orbit_io_tokio::storage::lease::{self, Store};
     use orbit_server::cluster::{self, supervisor, Node, NodeConfig};
     let pg = PostgresStore::open(&PostgresOptions::new(&args.db)).await?;
     // Fail on a bad URL now, not at the first renewal.
-    let lease = LeaseStore::connect(&args.db, args.node_timeout / 4)?;
+    let lease = lease::Postgres::connect(&args.db, args.node_timeout / 4)?;
     lease.read().await?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -418,7 +418,7 @@ async fn serve_cluster(
             .unwrap_or_else(|| cluster::advertise_from_listen(bound)),
         node_timeout: args.node_timeout,
     };
-    let node = Arc::new(Node::new(config.clone(), lease));
+    let node = Arc::new(Node::new(config.clone(), Arc::new(lease)));
     let otlp = args.otlp_endpoint.clone();
     let retention = args.retention;
     let chores: supervisor::Chores = Arc::new(move |driver: &Driver| {
@@ -431,7 +431,8 @@ async fn serve_cluster(
         }
     });
     let settings = supervisor::TermSettings {
-        store: pg,
+        store: Arc::new(move |fence| Arc::new(pg.fenced_by(fence)) as Arc<dyn Storage>),
+        sources: driver::Sources::default(),
         driver: driver_options(&args),
         api: api_options.clone(),
         max_body: args.max_body,

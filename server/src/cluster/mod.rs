@@ -3,7 +3,8 @@
 //! the cluster; the [`supervisor`] runs its lease and, while it leads, a
 //! driver built exactly like a restarted server's (a *term*); the
 //! [`router`] sends API calls to that term, or answers `503 NOT_LEADER` on a
-//! standby.
+//! standby. The lease may live in PostgreSQL or, in the networked
+//! simulation, in the simulated database: see [`lease::Store`].
 
 pub mod router;
 pub mod supervisor;
@@ -11,10 +12,10 @@ pub mod supervisor;
 use crate::api::{rfc3339, ApiError};
 use axum::http::StatusCode;
 use axum::Router;
-use orbit_io_tokio::storage::lease::LeaseStore;
+use orbit_io_tokio::storage::lease;
 use orbit_sdk::wire::{ClusterNode, ClusterStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Default `--node-timeout`.
@@ -78,7 +79,7 @@ pub struct View {
 /// believes, the API of its current term (if it leads) and its counters.
 pub struct Node {
     config: NodeConfig,
-    lease: LeaseStore,
+    lease: Arc<dyn lease::Store>,
     view: RwLock<View>,
     term: RwLock<Option<Router>>,
     takeovers: AtomicU64,
@@ -95,7 +96,7 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     /// A standby that knows no leader yet.
-    pub fn new(config: NodeConfig, lease: LeaseStore) -> Node {
+    pub fn new(config: NodeConfig, lease: Arc<dyn lease::Store>) -> Node {
         Node {
             config,
             lease,
@@ -116,8 +117,8 @@ impl Node {
     }
 
     /// The lease calls.
-    pub fn lease(&self) -> &LeaseStore {
-        &self.lease
+    pub fn lease(&self) -> &dyn lease::Store {
+        self.lease.as_ref()
     }
 
     /// What the node believes now.

@@ -9,15 +9,19 @@
 use super::{Node, Role, View, FORGET_AFTER};
 use crate::api::{self, AppState};
 use axum::Extension;
-use orbit_io_tokio::driver::{self, Driver};
+use orbit_io_tokio::driver::{self, Driver, Sources};
 use orbit_io_tokio::storage::lease::{LeaderFence, RenewError};
-use orbit_io_tokio::storage::{PostgresStore, Storage};
+use orbit_io_tokio::storage::Storage;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
+
+/// The shared database as one term writes to it: every commit checked
+/// against the term's fence in its own transaction.
+pub type FencedStore = Arc<dyn Fn(Arc<LeaderFence>) -> Arc<dyn Storage> + Send + Sync>;
 
 /// Spawns a term's background chores for its driver (idempotency purge,
 /// the built-in HTTP task, ...); they are aborted when the term ends.
@@ -27,7 +31,9 @@ pub type Chores = Arc<dyn Fn(&Driver) -> Vec<AbortHandle> + Send + Sync>;
 #[derive(Clone)]
 pub struct TermSettings {
     /// The shared database (each term fences it with its epoch).
-    pub store: PostgresStore,
+    pub store: FencedStore,
+    /// The clock and ids each term's driver reads.
+    pub sources: Sources,
     /// The driver's settings (the engine's epoch is set per term).
     pub driver: driver::Options,
     /// The API's settings.
@@ -188,12 +194,12 @@ async fn lead(
         leader_url: None,
     });
     let renewer = tokio::spawn(renew(node.clone(), fence.clone(), taken_at));
-    let store: Arc<dyn Storage> = Arc::new(settings.store.fenced_by(fence.clone()));
+    let store = (settings.store)(fence.clone());
     let mut options = settings.driver.clone();
     options.engine.epoch = Some(epoch);
     let started = Instant::now();
     let recovered = tokio::select! {
-        d = Driver::start(store, options) => d,
+        d = Driver::start_with(store, options, settings.sources.clone()) => d,
         () = fence.deposed() => {
             tracing::warn!(epoch, "deposed while recovering; back to standby");
             renewer.abort();

@@ -4,6 +4,12 @@
 //! odds) and fails reads, drawing from its own seeded stream. The driver's
 //! group commits, reloads and their backoff, and the API's answers to
 //! them, then meet the same faults as the core layer's node loop.
+//!
+//! In a cluster run each server host reaches the database over its own
+//! [`Link`], which the schedule can cut (every call then fails
+//! `Unavailable`), and each leadership term writes through a copy fenced by
+//! the term's [`LeaderFence`]: the lease row is judged in the same step as
+//! the write, so a deposed leader's commit applies nothing.
 
 use async_trait::async_trait;
 use orbit_core::history::Event;
@@ -12,9 +18,11 @@ use orbit_core::store::{
     StoredExecution, Transaction,
 };
 use orbit_io_sim::store::SimStore;
+use orbit_io_tokio::storage::lease::LeaderFence;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How often the store fails, and until when.
@@ -28,12 +36,47 @@ pub struct StoreFaults {
     pub until_ms: u64,
 }
 
+/// One server host's connection to the database: up, or cut by the
+/// schedule.
+#[derive(Debug, Default)]
+pub struct Link(AtomicBool);
+
+impl Link {
+    /// Cuts the host off the database.
+    pub fn cut(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Joins it again.
+    pub fn heal(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the host is cut off.
+    pub fn is_cut(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// `Unavailable` while cut off.
+    pub fn reach(&self) -> Result<(), StorageError> {
+        if self.is_cut() {
+            return Err(StorageError::Unavailable(
+                "simulated: this node is cut off from the database".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The simulated store behind seeded faults.
+#[derive(Clone)]
 pub struct FaultyStore {
     inner: Arc<SimStore>,
     faults: StoreFaults,
-    rng: Mutex<ChaCha8Rng>,
+    rng: Arc<Mutex<ChaCha8Rng>>,
     counts: Arc<Mutex<BTreeMap<&'static str, u32>>>,
+    link: Arc<Link>,
+    fence: Option<Arc<LeaderFence>>,
 }
 
 impl FaultyStore {
@@ -42,9 +85,43 @@ impl FaultyStore {
         FaultyStore {
             inner,
             faults,
-            rng: Mutex::new(ChaCha8Rng::seed_from_u64(seed ^ 0x5354_4f52_4500)),
+            rng: Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(
+                seed ^ 0x5354_4f52_4500,
+            ))),
             counts: Arc::new(Mutex::new(BTreeMap::new())),
+            link: Arc::new(Link::default()),
+            fence: None,
         }
+    }
+
+    /// The same store (faults, counts) reached over `link`.
+    pub fn over(&self, link: Arc<Link>) -> FaultyStore {
+        FaultyStore {
+            link,
+            ..self.clone()
+        }
+    }
+
+    /// The same store, every commit judged by `fence` against the lease row
+    /// in the step that applies it.
+    pub fn fenced_by(&self, fence: Arc<LeaderFence>) -> FaultyStore {
+        FaultyStore {
+            fence: Some(fence),
+            ..self.clone()
+        }
+    }
+
+    /// Applies `tx`, after the fence (if any) judged the lease row. Nothing
+    /// awaits between the two, so no takeover can slip in between.
+    fn apply(&self, tx: &Transaction) -> Result<(), StorageError> {
+        if let Some(fence) = &self.fence {
+            let lease = self.inner.lease(0);
+            if let Err(refused) = fence.judge(&lease.holder, lease.epoch) {
+                self.count("store_fenced");
+                return Err(refused);
+            }
+        }
+        self.inner.apply(tx)
     }
 
     /// The faults injected so far, by kind (shared with the store).
@@ -76,6 +153,7 @@ impl FaultyStore {
 
     /// A failed read, some of the time (as often as a failed commit).
     fn read_fault(&self) -> Result<(), StorageError> {
+        self.link.reach()?;
         if self.on() && self.chance(self.faults.fail_probability) {
             self.count("store_read_unavailable");
             return Err(unreachable());
@@ -91,6 +169,7 @@ fn unreachable() -> StorageError {
 #[async_trait]
 impl Storage for FaultyStore {
     async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
+        self.link.reach()?;
         if self.on() {
             if self.chance(self.faults.fail_probability) {
                 self.count("store_unavailable");
@@ -101,33 +180,38 @@ impl Storage for FaultyStore {
                     StorageError::Ambiguous("simulated: connection lost during COMMIT".into());
                 if self.chance(0.5) {
                     self.count("store_ambiguous_applied");
-                    self.inner.apply(tx)?;
+                    self.apply(tx)?;
                 } else {
                     self.count("store_ambiguous_lost");
                 }
                 return Err(lost);
             }
         }
-        self.inner.apply(tx)
+        self.apply(tx)
     }
 
     async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError> {
+        self.link.reach()?;
         self.inner.load_definitions().await
     }
 
     async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        self.link.reach()?;
         self.inner.load_active().await
     }
 
     async fn load_all(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        self.link.reach()?;
         self.inner.load_all().await
     }
 
     async fn idempotency_records(&self, now: u64) -> Result<Vec<IdempotencyRecord>, StorageError> {
+        self.link.reach()?;
         self.inner.idempotency_records(now).await
     }
 
     async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        self.link.reach()?;
         self.inner.count_by_status().await
     }
 
@@ -137,6 +221,7 @@ impl Storage for FaultyStore {
     }
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRow>, StorageError> {
+        self.link.reach()?;
         self.inner.execution(id).await
     }
 
@@ -146,6 +231,7 @@ impl Storage for FaultyStore {
         after_seq: u64,
         limit: u32,
     ) -> Result<Vec<Event>, StorageError> {
+        self.link.reach()?;
         self.inner.history(id, after_seq, limit).await
     }
 
@@ -153,6 +239,7 @@ impl Storage for FaultyStore {
         &self,
         filter: &ListFilter,
     ) -> Result<Vec<ExecutionRow>, StorageError> {
+        self.link.reach()?;
         self.inner.list_executions(filter).await
     }
 
@@ -162,14 +249,17 @@ impl Storage for FaultyStore {
         key: &str,
         now: u64,
     ) -> Result<Option<IdempotencyRecord>, StorageError> {
+        self.link.reach()?;
         self.inner.idempotency(scope, key, now).await
     }
 
     async fn queue(&self) -> Result<Vec<QueueOp>, StorageError> {
+        self.link.reach()?;
         self.inner.queue().await
     }
 
     async fn ping(&self) -> Result<(), StorageError> {
+        self.link.reach()?;
         self.inner.ping().await
     }
 }

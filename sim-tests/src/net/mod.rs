@@ -2,7 +2,8 @@
 //! the real io-tokio driver on the simulated store, real SDK workers and an
 //! SDK client, all hosts of one seeded turmoil simulation. Faults are
 //! network partitions that heal, held links that are released, message
-//! delay, server crashes and bounces, and storage faults under the real
+//! delay, server crashes and bounces, a cluster's leader cut off from the
+//! database and its workers, and storage faults under the real
 //! driver ([`FaultyStore`]: unavailable and ambiguous commits, failed
 //! reads); committed data lives in the
 //! [`SimStore`](orbit_io_sim::store::SimStore), which survives the crash. At the end the core layer's
@@ -16,11 +17,13 @@
 //! rather than the system's (see `docs/src/simulation/networked.md`).
 
 mod faulty;
+mod lease;
 mod listener;
 mod scenario;
 mod transport;
 
-pub use faulty::{FaultyStore, StoreFaults};
+pub use faulty::{FaultyStore, Link, StoreFaults};
+pub use lease::SimLease;
 pub use listener::Listener;
 pub use scenario::{run, NetConfig, NetReport};
 pub use transport::TurmoilTransport;

@@ -3,16 +3,28 @@
 //! workflow, starts executions and waits for each to end, while the fault
 //! schedule sampled from the seed partitions, holds, delays and crashes.
 //! The core layer's checkers then judge the durable histories.
+//!
+//! A cluster run ([`NetConfig::sample_cluster`]) has two or three server
+//! hosts, each a real `--cluster` node (supervisor, lease, fenced terms,
+//! the `NOT_LEADER` router) on the same simulated database; workers and the
+//! client reach them through the SDK's `FailoverTransport`. Its schedule
+//! isolates the leader — cut off from the database and from every worker
+//! and the client — past `--node-timeout`, and kills it.
 
-use super::faulty::{FaultyStore, StoreFaults};
+use super::faulty::{FaultyStore, Link, StoreFaults};
+use super::lease::{Contacts, SimLease};
 use super::{sources, Listener, TurmoilTransport, NET_EPOCH_MS};
 use orbit_core::history::Event;
 use orbit_io_sim::check::{self, durability::Fact, Invariant, Violation};
 use orbit_io_sim::store::{SimStore, StoreBug};
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::Storage;
-use orbit_sdk::{Backoff, Client, Error, SourceFile, StartOptions, Task, TaskError, Worker};
-use orbit_server::api::{app, AppState};
+use orbit_sdk::{
+    Backoff, Client, Connector, Error, FailoverTransport, SourceFile, StartOptions, Task,
+    TaskError, Transport, Worker,
+};
+use orbit_server::api::{self, app, AppState};
+use orbit_server::cluster::{router, supervisor, Node, NodeConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
@@ -48,6 +60,7 @@ workflow Net version "1.0.0" {
 
 const SERVER: &str = "server";
 const SERVER_ADDR: &str = "server:7373";
+const PORT: u16 = 7373;
 
 /// One scheduled change of the network or of the server host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,10 +73,16 @@ pub enum Action {
     Hold(String),
     /// Release them.
     Release(String),
-    /// Kill the server host; committed data stays in the store.
+    /// Kill the server host (in a cluster: the leader's); committed data
+    /// stays in the store.
     Crash,
-    /// Start the server host again (recovery from the store).
+    /// Start the killed host again (recovery from the store; in a cluster
+    /// it comes back as a standby).
     Bounce,
+    /// Cut the leader off the database and from every worker and the client.
+    Isolate,
+    /// Join it again.
+    Rejoin,
 }
 
 /// A run's parameters, all drawn from its seed.
@@ -71,6 +90,10 @@ pub enum Action {
 pub struct NetConfig {
     /// The seed.
     pub seed: u64,
+    /// Server hosts: 1 is a single server, more is a `--cluster`.
+    pub nodes: u32,
+    /// The cluster's `--node-timeout`, in ms (unused by a single server).
+    pub node_timeout_ms: u64,
     /// Executions the client starts.
     pub executions: u32,
     /// SDK worker hosts.
@@ -143,6 +166,8 @@ impl NetConfig {
         };
         NetConfig {
             seed,
+            nodes: 1,
+            node_timeout_ms: 0,
             executions,
             workers,
             max_latency_ms,
@@ -156,12 +181,74 @@ impl NetConfig {
     }
 }
 
+impl NetConfig {
+    /// Samples a cluster configuration from `seed`: two or three nodes,
+    /// the leader isolated past `--node-timeout` at least once, and killed
+    /// now and then; the faults come one after the other, each undone
+    /// before the next.
+    pub fn sample_cluster(seed: u64) -> NetConfig {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636c_7573_7465_7200);
+        let nodes = rng.random_range(2..=3u32);
+        let node_timeout_ms = rng.random_range(1_000..=3_000u64);
+        let workers = rng.random_range(1..=3u32);
+        let safety_ms = 20_000;
+        let mut schedule = Vec::new();
+        let mut at = rng.random_range(500..3_000u64);
+        for i in 0..rng.random_range(1..=3u32) {
+            let (start, end, length) = if i == 0 || rng.random_bool(0.5) {
+                let length = node_timeout_ms * rng.random_range(15..=40u64) / 10;
+                (Action::Isolate, Action::Rejoin, length)
+            } else {
+                (Action::Crash, Action::Bounce, rng.random_range(0..3_000u64))
+            };
+            if at + length > safety_ms - 1_000 {
+                break;
+            }
+            schedule.push((at, start));
+            schedule.push((at + length, end));
+            at += length + rng.random_range(500..4_000u64);
+        }
+        let executions = rng.random_range(3..=8);
+        let max_latency_ms = rng.random_range(1..=30);
+        let store_faults = StoreFaults {
+            fail_probability: (rng.random_range(0.0..0.04f64) * 1000.0).round() / 1000.0,
+            ambiguous_probability: (rng.random_range(0.0..0.04f64) * 1000.0).round() / 1000.0,
+            until_ms: safety_ms,
+        };
+        NetConfig {
+            seed,
+            nodes,
+            node_timeout_ms,
+            executions,
+            workers,
+            max_latency_ms,
+            session_timeout_ms: 5_000,
+            safety_ms,
+            liveness_ms: 60_000,
+            schedule,
+            store_bug: StoreBug::None,
+            store_faults,
+        }
+    }
+
+    /// The server hosts' names.
+    fn servers(&self) -> Vec<String> {
+        if self.nodes <= 1 {
+            vec![SERVER.to_owned()]
+        } else {
+            (0..self.nodes).map(|i| format!("node-{i}")).collect()
+        }
+    }
+}
+
 impl fmt::Display for NetConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed={:#x} executions={} workers={} max_latency_ms={} session_timeout_ms={} safety_ms={} liveness_ms={} store_fail={} store_ambiguous={} faults=[",
+            "seed={:#x} nodes={} node_timeout_ms={} executions={} workers={} max_latency_ms={} session_timeout_ms={} safety_ms={} liveness_ms={} store_fail={} store_ambiguous={} faults=[",
             self.seed,
+            self.nodes,
+            self.node_timeout_ms,
             self.executions,
             self.workers,
             self.max_latency_ms,
@@ -200,6 +287,8 @@ pub struct NetReport {
     /// Acknowledged facts (starts answered, tasks handed out) checked
     /// against the durable histories.
     pub facts: usize,
+    /// The lease's epoch at the end: how many terms a cluster run had.
+    pub epoch: u64,
 }
 
 impl NetReport {
@@ -214,12 +303,13 @@ impl fmt::Display for NetReport {
         writeln!(f, "{}", self.config)?;
         writeln!(
             f,
-            "{} in {} virtual ms: {}/{} completed, {} facts checked, faults {:?}, trace {:016x}",
+            "{} in {} virtual ms: {}/{} completed, {} facts checked, lease epoch {}, faults {:?}, trace {:016x}",
             if self.passed() { "PASS" } else { "FAIL" },
             self.virtual_ms,
             self.completed,
             self.config.executions,
             self.facts,
+            self.epoch,
             self.faults,
             self.trace_hash
         )?;
@@ -271,35 +361,76 @@ pub fn run(config: NetConfig) -> NetReport {
     let mut sim = builder.build();
 
     let counter = Arc::new(AtomicU64::new(1));
-    {
+    let options = Options {
+        engine: orbit_core::engine::Config {
+            session_timeout_ms: config.session_timeout_ms,
+            ..orbit_core::engine::Config::default()
+        },
+        ..Options::default()
+    };
+    let servers = config.servers();
+    let links: BTreeMap<String, Arc<Link>> = servers
+        .iter()
+        .map(|s| (s.clone(), Arc::new(Link::default())))
+        .collect();
+    if config.nodes <= 1 {
         let store = faulty.clone();
-        let options = Options {
-            engine: orbit_core::engine::Config {
-                session_timeout_ms: config.session_timeout_ms,
-                ..orbit_core::engine::Config::default()
-            },
-            ..Options::default()
-        };
         sim.host(SERVER, move || {
             let store: Arc<dyn Storage> = store.clone();
             let sources = sources(seed, counter.clone());
             let options = options.clone();
             async move {
                 let driver = Driver::start_with(store, options, sources).await?;
-                let listener = Listener::bind("0.0.0.0:7373").await?;
+                let listener = Listener::bind(&format!("0.0.0.0:{PORT}")).await?;
                 axum::serve(listener, app(AppState::new(driver))).await?;
                 Ok(())
             }
         });
+    } else {
+        let contacts = Contacts::default();
+        for name in &servers {
+            let link = links[name].clone();
+            let lease = Arc::new(SimLease::new(store.clone(), contacts.clone(), link.clone()));
+            let store = faulty.over(link);
+            let config = NodeConfig {
+                node_id: name.clone(),
+                advertise: format!("http://{name}:{PORT}"),
+                node_timeout: Duration::from_millis(config.node_timeout_ms),
+            };
+            let counter = counter.clone();
+            let options = options.clone();
+            sim.host(name.as_str(), move || {
+                let node = Arc::new(Node::new(config.clone(), lease.clone()));
+                let store = store.clone();
+                let settings = supervisor::TermSettings {
+                    store: Arc::new(move |fence| Arc::new(store.fenced_by(fence))),
+                    sources: sources(seed, counter.clone()),
+                    driver: options.clone(),
+                    api: api::Options::default(),
+                    max_body: api::DEFAULT_MAX_BODY,
+                    chores: Arc::new(|_| Vec::new()),
+                };
+                async move {
+                    // Held for the host's life: the node stops when it drops.
+                    let (_stop, stop) = tokio::sync::watch::channel(false);
+                    tokio::spawn(supervisor::run(node.clone(), settings, stop));
+                    let listener = Listener::bind(&format!("0.0.0.0:{PORT}")).await?;
+                    axum::serve(listener, router::router(node, false)).await?;
+                    Ok(())
+                }
+            });
+        }
     }
 
     for w in 0..config.workers {
         let name = format!("worker-{w}");
         let host = name.clone();
         let observed = observed.clone();
+        let servers = servers.clone();
         sim.host(host.as_str(), move || {
             let name = name.clone();
             let observed = observed.clone();
+            let servers = servers.clone();
             async move {
                 let worker = Worker::builder(name)
                     .poll_wait(Duration::from_secs(2))
@@ -321,7 +452,7 @@ pub fn run(config: NetConfig) -> NetReport {
                             });
                         handle(task)
                     })
-                    .build(Arc::new(TurmoilTransport::new(SERVER_ADDR)));
+                    .build(transport(&servers));
                 worker.run(std::future::pending::<()>()).await?;
                 Ok(())
             }
@@ -332,11 +463,12 @@ pub fn run(config: NetConfig) -> NetReport {
         let observed = observed.clone();
         let executions = config.executions;
         let safety_ms = config.safety_ms;
+        let servers = servers.clone();
         sim.client("client", async move {
             let began = tokio::time::Instant::now();
             let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x636c_6965_6e74);
-            let client = Client::with_transport(Arc::new(TurmoilTransport::new(SERVER_ADDR)))
-                .with_retries(4, Backoff::CLIENT);
+            let client =
+                Client::with_transport(transport(&servers)).with_retries(4, Backoff::CLIENT);
             let files = [SourceFile {
                 filename: "net.orbit".into(),
                 source: WORKFLOW.into(),
@@ -424,6 +556,12 @@ pub fn run(config: NetConfig) -> NetReport {
     let mut snapshots: Vec<(String, Vec<Event>)> = Vec::new();
     let mut schedule = config.schedule.iter().peekable();
     let mut sim_error = None;
+    // The server host a crash or an isolation struck, until it is undone.
+    let mut struck: Option<String> = None;
+    let peers: Vec<String> = (0..config.workers)
+        .map(|w| format!("worker-{w}"))
+        .chain(["client".to_owned()])
+        .collect();
     loop {
         let now = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
         while let Some((_, action)) = schedule.next_if(|(at, _)| *at <= now) {
@@ -435,10 +573,37 @@ pub fn run(config: NetConfig) -> NetReport {
                 Action::Crash => {
                     // What is committed now must still be there at the end.
                     snapshots.extend(store.all().into_iter().map(|e| (e.row.id, e.events)));
-                    store.crash();
-                    sim.crash(SERVER);
+                    let target = leader(&store, &servers);
+                    if config.nodes <= 1 {
+                        // The single server's embedded database goes down
+                        // with it.
+                        store.crash();
+                    }
+                    sim.crash(target.as_str());
+                    struck = Some(target);
                 }
-                Action::Bounce => sim.bounce(SERVER),
+                Action::Bounce => {
+                    if let Some(target) = struck.take() {
+                        sim.bounce(target.as_str());
+                    }
+                }
+                Action::Isolate => {
+                    snapshots.extend(store.all().into_iter().map(|e| (e.row.id, e.events)));
+                    let target = leader(&store, &servers);
+                    links[&target].cut();
+                    for peer in &peers {
+                        sim.partition(peer.as_str(), target.as_str());
+                    }
+                    struck = Some(target);
+                }
+                Action::Rejoin => {
+                    if let Some(target) = struck.take() {
+                        links[&target].heal();
+                        for peer in &peers {
+                            sim.repair(peer.as_str(), target.as_str());
+                        }
+                    }
+                }
             }
             *faults.entry(kind(action)).or_default() += 1;
         }
@@ -453,6 +618,7 @@ pub fn run(config: NetConfig) -> NetReport {
     }
     let virtual_ms = u64::try_from(sim.elapsed().as_millis()).unwrap_or(u64::MAX);
     drop(sim);
+    let epoch = store.lease(0).epoch;
     for (k, v) in store_counts
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -543,7 +709,39 @@ pub fn run(config: NetConfig) -> NetReport {
         completed,
         faults,
         facts: observed.facts.len(),
+        epoch,
     }
+}
+
+/// The SDK transport of a worker or the client: straight to the single
+/// server, or over every node of a cluster, following `NOT_LEADER`.
+fn transport(servers: &[String]) -> Arc<dyn Transport> {
+    if servers.len() <= 1 {
+        return Arc::new(TurmoilTransport::new(SERVER_ADDR));
+    }
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("http://{s}:{PORT}"))
+        .collect();
+    let connect: Connector = Arc::new(|url: &str| {
+        let host = url.strip_prefix("http://").unwrap_or(url);
+        Ok(Arc::new(TurmoilTransport::new(host)) as Arc<dyn Transport>)
+    });
+    match FailoverTransport::with_connector(&urls, connect) {
+        Ok(t) => Arc::new(t),
+        Err(_) => Arc::new(TurmoilTransport::new(SERVER_ADDR)),
+    }
+}
+
+/// The server host that leads now: the lease holder of a cluster (the
+/// first node while nobody holds it), or the single server.
+fn leader(store: &SimStore, servers: &[String]) -> String {
+    let holder = store.lease(0).holder;
+    servers
+        .iter()
+        .find(|s| **s == holder)
+        .unwrap_or(&servers[0])
+        .clone()
 }
 
 fn kind(action: &Action) -> &'static str {
@@ -554,6 +752,8 @@ fn kind(action: &Action) -> &'static str {
         Action::Release(_) => "release",
         Action::Crash => "crash",
         Action::Bounce => "bounce",
+        Action::Isolate => "isolate",
+        Action::Rejoin => "rejoin",
     }
 }
 
