@@ -172,12 +172,13 @@ fn a_dispatch_answered_before_its_commit_is_caught() {
 
 /// Not caught since issue 13: the engine no longer keeps committed
 /// Idempotency-Key records and reads a key's record from the store before
-/// it answers a keyed request. Against the simulated store, whose
-/// `Ambiguous` outcome is settled the moment it is answered, that read
-/// always sees the truth, so releasing the key early does no visible harm
-/// here. A real database can still be finishing that COMMIT when the read
-/// runs; catching the bug again needs ambiguous commits that land after
-/// the reload, which the world does not model yet. Run it with
+/// it answers a keyed request. The storage contract says an `Ambiguous`
+/// commit is over when it is answered — no later read misses it — so that
+/// read always sees the truth and releasing the key early does no visible
+/// harm. The simulated store decides at once; the PostgreSQL store settles
+/// a lost COMMIT (`pg_xact_status`, ending its backend while it is still in
+/// progress) before its next call. A world where ambiguous commits land
+/// after the reload would break that contract, not model it. Run it with
 /// `--ignored`.
 #[test]
 #[ignore = "harmless against a store that settles Ambiguous at once (see above)"]

@@ -41,7 +41,11 @@ pub enum StorageError {
         stale: Vec<String>,
     },
     /// The outcome is unknown (e.g. the connection failed during COMMIT): the
-    /// transaction may or may not be durable.
+    /// transaction may or may not be durable. It is over, though: every
+    /// later call of the same store sees its final outcome — it never lands
+    /// after a read that did not see it (PostgreSQL settles it before its
+    /// next call; SQLite rolls back in process; the simulated store decides
+    /// at once). The engine's reload after `Ambiguous` relies on this.
     #[error("commit outcome unknown: {0}")]
     Ambiguous(String),
 }

@@ -14,5 +14,5 @@ pub use orbit_core::store::{
     IdempotencyRecord, ListFilter, ListPage, Owner, Purged, QueueOp, Storage, StorageError,
     StoredExecution, Transaction,
 };
-pub use postgres::{PostgresOptions, PostgresStore};
+pub use postgres::{InDoubt, Outcome, PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};

@@ -14,13 +14,15 @@ use super::{
 use super::{ListPage, Purged};
 use async_trait::async_trait;
 
+mod in_doubt;
 mod reads;
+pub use in_doubt::{InDoubt, Outcome};
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How to open a PostgreSQL store.
@@ -53,6 +55,9 @@ pub struct PostgresStore {
     readers: PgPool,
     /// `--cluster`: the leadership term every commit checks.
     fence: Option<Arc<LeaderFence>>,
+    /// Commits whose outcome could not be settled yet (see
+    /// [`in_doubt`]); every call settles them first.
+    in_doubt: Arc<Mutex<Vec<InDoubt>>>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StorageError {
@@ -137,6 +142,7 @@ impl PostgresStore {
             writer,
             readers,
             fence: None,
+            in_doubt: Arc::default(),
         })
     }
 
@@ -147,6 +153,58 @@ impl PostgresStore {
             fence: Some(fence),
             ..self.clone()
         }
+    }
+
+    /// What became of the transaction `doubt` (see [`in_doubt`]): its
+    /// status once final, ending its backend if it is still in progress.
+    pub async fn settle(&self, doubt: InDoubt) -> Result<Outcome, StorageError> {
+        in_doubt::settle(&self.readers, doubt).await
+    }
+
+    /// The COMMIT of `doubt` got no answer (`message`): settles it now, or
+    /// keeps it in doubt and answers `Ambiguous`.
+    async fn after_lost_commit(&self, doubt: InDoubt, message: String) -> Result<(), StorageError> {
+        match self.settle(doubt).await {
+            Ok(Outcome::Committed) => {
+                tracing::warn!(
+                    xid = doubt.xid,
+                    "COMMIT got no answer ({message}); the transaction is durable"
+                );
+                Ok(())
+            }
+            Ok(Outcome::Aborted) => Err(StorageError::Unavailable(format!(
+                "{message}; the transaction was rolled back"
+            ))),
+            Err(e) => {
+                self.lock_in_doubt().push(doubt);
+                Err(StorageError::Ambiguous(format!("{message} ({e})")))
+            }
+        }
+    }
+
+    fn lock_in_doubt(&self) -> std::sync::MutexGuard<'_, Vec<InDoubt>> {
+        self.in_doubt.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Settles every commit still in doubt, before anything else reads or
+    /// writes: until then the database may not show their final outcome.
+    async fn settled(&self) -> Result<(), StorageError> {
+        let pending: Vec<InDoubt> = {
+            let doubts = self.lock_in_doubt();
+            if doubts.is_empty() {
+                return Ok(());
+            }
+            doubts.clone()
+        };
+        for doubt in pending {
+            if let Err(e) = self.settle(doubt).await {
+                return Err(StorageError::Unavailable(format!(
+                    "an earlier commit is still in doubt: {e}"
+                )));
+            }
+            self.lock_in_doubt().retain(|d| *d != doubt);
+        }
+        Ok(())
     }
 
     /// Closes every connection.
@@ -648,6 +706,7 @@ fn idempotency_row(r: &PgRow) -> Result<IdempotencyRecord, StorageError> {
 #[async_trait]
 impl Storage for PostgresStore {
     async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
+        self.settled().await?;
         if tx.is_empty() {
             return Ok(());
         }
@@ -655,12 +714,16 @@ impl Storage for PostgresStore {
             return Err(LeaderFence::refusal());
         }
         let mut conn = self.writer.acquire().await.map_err(unavailable)?;
-        if let Err(e) = sqlx::query("BEGIN").execute(&mut *conn).await {
-            // The writer pool does not test connections before handing them
-            // out (a round trip per commit): a broken one is dropped here.
-            conn.detach();
-            return Err(unavailable(e));
-        }
+        let doubt = match in_doubt::begin(&mut conn).await {
+            Ok(doubt) => doubt,
+            Err(e) => {
+                // The writer pool does not test connections before handing
+                // them out (a round trip per commit): a broken one is
+                // dropped here.
+                conn.detach();
+                return Err(unavailable(e));
+            }
+        };
         let applied = match &self.fence {
             Some(fence) => match fence.check(&mut conn).await {
                 Ok(()) => Self::apply(&mut conn, tx).await,
@@ -675,7 +738,12 @@ impl Storage for PostgresStore {
                     // Whatever happened, the connection must not be reused
                     // inside a transaction or half-broken.
                     conn.detach();
-                    Err(commit_error(e))
+                    match commit_error(e) {
+                        StorageError::Ambiguous(message) => {
+                            self.after_lost_commit(doubt, message).await
+                        }
+                        other => Err(other),
+                    }
                 }
             },
             Err(err) => {
@@ -691,6 +759,7 @@ impl Storage for PostgresStore {
     }
 
     async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError> {
+        self.settled().await?;
         let rows = sqlx::query(
             "SELECT name, version, hash, kind, filename, source, body, registered_at FROM definitions \
              ORDER BY registered_at, name, version",
@@ -715,14 +784,17 @@ impl Storage for PostgresStore {
     }
 
     async fn load_active(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        self.settled().await?;
         self.load_many(true).await
     }
 
     async fn load_all(&self) -> Result<Vec<StoredExecution>, StorageError> {
+        self.settled().await?;
         self.load_many(false).await
     }
 
     async fn idempotency_records(&self, now: u64) -> Result<Vec<IdempotencyRecord>, StorageError> {
+        self.settled().await?;
         let rows = sqlx::query(
             "SELECT scope, key, fingerprint, status, body, expires_at FROM idempotency WHERE expires_at > $1",
         )
@@ -734,6 +806,7 @@ impl Storage for PostgresStore {
     }
 
     async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError> {
+        self.settled().await?;
         let rows =
             sqlx::query("SELECT status, COUNT(*) FROM executions GROUP BY status ORDER BY status")
                 .fetch_all(&self.readers)
@@ -750,6 +823,7 @@ impl Storage for PostgresStore {
     }
 
     async fn load_execution(&self, id: &str) -> Result<Option<StoredExecution>, StorageError> {
+        self.settled().await?;
         let Some(row) = self.execution(id).await? else {
             return Ok(None);
         };
@@ -758,6 +832,7 @@ impl Storage for PostgresStore {
     }
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRow>, StorageError> {
+        self.settled().await?;
         let row = sqlx::query(&format!(
             "SELECT {EXECUTION_COLUMNS} FROM executions WHERE id = $1"
         ))
@@ -774,6 +849,7 @@ impl Storage for PostgresStore {
         after_seq: u64,
         limit: u32,
     ) -> Result<Vec<Event>, StorageError> {
+        self.settled().await?;
         self.events_of(id, after_seq, limit).await
     }
 
@@ -781,6 +857,7 @@ impl Storage for PostgresStore {
         &self,
         filter: &ListFilter,
     ) -> Result<Vec<ExecutionRow>, StorageError> {
+        self.settled().await?;
         let mut sql = format!("SELECT {EXECUTION_COLUMNS} FROM executions WHERE 1 = 1");
         let mut n = 0;
         let mut next = || {
@@ -822,6 +899,7 @@ impl Storage for PostgresStore {
         key: &str,
         now: u64,
     ) -> Result<Option<IdempotencyRecord>, StorageError> {
+        self.settled().await?;
         let row = sqlx::query(
             "SELECT scope, key, fingerprint, status, body, expires_at FROM idempotency \
              WHERE scope = $1 AND key = $2 AND expires_at > $3",
@@ -836,6 +914,7 @@ impl Storage for PostgresStore {
     }
 
     async fn queue(&self) -> Result<Vec<QueueOp>, StorageError> {
+        self.settled().await?;
         let rows = sqlx::query(
             "SELECT execution_id, unit, task, enqueued_at, body FROM task_queue \
              ORDER BY enqueued_at, execution_id, unit",
@@ -857,6 +936,7 @@ impl Storage for PostgresStore {
     }
 
     async fn check_writable(&self) -> Result<(), StorageError> {
+        self.settled().await?;
         // On the writer's own connection: a hot standby or a read-only
         // default would refuse every commit.
         let read_only = self.writer_setting("transaction_read_only").await?;
@@ -869,6 +949,7 @@ impl Storage for PostgresStore {
     }
 
     async fn ping(&self) -> Result<(), StorageError> {
+        self.settled().await?;
         sqlx::query("SELECT 1")
             .execute(&self.readers)
             .await
@@ -877,6 +958,7 @@ impl Storage for PostgresStore {
     }
 
     async fn list_page(&self, page: &ListPage) -> Result<Vec<ExecutionRow>, StorageError> {
+        self.settled().await?;
         self.page(page).await
     }
 
@@ -885,10 +967,12 @@ impl Storage for PostgresStore {
         finished_before: u64,
         limit: u32,
     ) -> Result<Purged, StorageError> {
+        self.settled().await?;
         self.purge(finished_before, limit).await
     }
 
     async fn purge_idempotency(&self, now: u64) -> Result<u64, StorageError> {
+        self.settled().await?;
         // On a reader connection: PostgreSQL takes concurrent writers, and
         // the commit path keeps its own connection.
         let done = sqlx::query("DELETE FROM idempotency WHERE expires_at <= $1")
