@@ -11,13 +11,18 @@ impl Engine {
     /// Active top-level executions (committed or in a batch in flight),
     /// in total and of `workflow`.
     fn active_counts(&self, workflow: &str) -> (u64, u64) {
-        let mut total = self.active.len() as u64;
-        let mut same = self.active.values().filter(|w| *w == workflow).count() as u64;
-        for txn in self.batches.values() {
+        let mut total = self.admission.active.len() as u64;
+        let mut same = self
+            .admission
+            .active
+            .values()
+            .filter(|w| *w == workflow)
+            .count() as u64;
+        for txn in self.writes.batches.values() {
             for (id, d) in &txn.drafts {
                 if d.proj.parent.is_none()
                     && d.proj.status.is_active()
-                    && !self.active.contains_key(id)
+                    && !self.admission.active.contains_key(id)
                 {
                     total += 1;
                     if d.proj.workflow == workflow {
@@ -49,14 +54,14 @@ impl Engine {
         if !global && wf.max_active.is_none() {
             return false;
         }
-        let ahead = self.pending.iter().any(|(_, id)| {
+        let ahead = self.admission.pending.iter().any(|(_, id)| {
             global
                 || self
                     .executions
                     .get(id)
                     .is_some_and(|e| e.proj.workflow == wf.name)
         });
-        self.admit_needed |= ahead;
+        self.admission.needed |= ahead;
         ahead
     }
 
@@ -72,14 +77,14 @@ impl Engine {
         let workflow = p.workflow.clone();
         let parent = p.parent.clone();
         if top && after.is_active() {
-            self.active.insert(exec_id.to_string(), workflow);
-        } else if self.active.remove(exec_id).is_some() {
-            self.admit_needed = true;
+            self.admission.active.insert(exec_id.to_string(), workflow);
+        } else if self.admission.active.remove(exec_id).is_some() {
+            self.admission.needed = true;
         }
         if top && after == Status::Pending {
-            self.pending.insert(key);
+            self.admission.pending.insert(key);
         } else {
-            self.pending.remove(&key);
+            self.admission.pending.remove(&key);
         }
         if after.is_terminal() && (was_new || !before.is_terminal()) {
             self.finish_waits(exec_id);
@@ -91,8 +96,8 @@ impl Engine {
 
     /// Starts pending executions, oldest first, while caps allow.
     pub(super) fn admit(&mut self) {
-        self.admit_needed = false;
-        let pending: Vec<(u64, String)> = self.pending.iter().cloned().collect();
+        self.admission.needed = false;
+        let pending: Vec<(u64, String)> = self.admission.pending.iter().cloned().collect();
         let global = self.config.max_active_executions.is_some();
         // Workflows whose oldest pending execution cannot start right now
         // (its own batch is in flight): younger ones of them wait too, and

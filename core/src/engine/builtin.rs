@@ -20,7 +20,7 @@ impl Engine {
     /// `Request::RegisterBuiltin`: a session of the runtime's own executor.
     pub(super) fn register_builtin(&mut self, id: RequestId, max_tasks: Option<u32>) {
         let session_id = self.ids.next_id();
-        self.sessions.insert(
+        self.work.sessions.insert(
             session_id.clone(),
             Session {
                 worker_id: WORKER_ID.to_string(),
@@ -50,7 +50,11 @@ impl Engine {
         token: &str,
         reason: String,
     ) {
-        let builtin = self.sessions.get(session_id).is_some_and(|s| s.builtin);
+        let builtin = self
+            .work
+            .sessions
+            .get(session_id)
+            .is_some_and(|s| s.builtin);
         if !builtin {
             return self.reply(
                 id,
@@ -61,10 +65,10 @@ impl Engine {
                 ),
             );
         }
-        let known = self
-            .tokens
-            .get(token)
-            .is_some_and(|t| t.session.as_deref() == Some(session_id) || t.worker_id == WORKER_ID);
+        let known =
+            self.work.tokens.get(token).is_some_and(|t| {
+                t.session.as_deref() == Some(session_id) || t.worker_id == WORKER_ID
+            });
         if !known {
             return self.reply(
                 id,
@@ -74,17 +78,17 @@ impl Engine {
                 ),
             );
         }
-        if let Some(s) = self.sessions.get_mut(session_id) {
+        if let Some(s) = self.work.sessions.get_mut(session_id) {
             s.last_seen = self.now;
             s.tokens.remove(token);
         }
-        if let Some(t) = self.tokens.get_mut(token) {
+        if let Some(t) = self.work.tokens.get_mut(token) {
             t.confirmed = true;
             t.session = None;
             let key = (t.dispatched_at, token.to_string());
-            self.unconfirmed.remove(&key);
+            self.work.unconfirmed.remove(&key);
         }
-        self.orphans.insert(token.to_string(), reason);
+        self.work.orphans.insert(token.to_string(), reason);
         self.process_orphans();
         self.reply(id, Response::ok(200, json!({"accepted": true})));
     }
@@ -94,7 +98,7 @@ impl Engine {
     /// (no grace period: nobody can re-attach it).
     pub(super) fn builtin_restarted(&mut self) {
         let mut lost = Vec::new();
-        for (token, t) in &self.tokens {
+        for (token, t) in &self.work.tokens {
             let Some(u) = self
                 .executions
                 .get(&t.execution_id)
@@ -107,10 +111,10 @@ impl Engine {
             }
         }
         for token in lost {
-            if let Some(t) = self.tokens.get_mut(&token) {
+            if let Some(t) = self.work.tokens.get_mut(&token) {
                 t.confirmed = true;
             }
-            self.orphans.insert(token, RESTART_REASON.to_string());
+            self.work.orphans.insert(token, RESTART_REASON.to_string());
         }
     }
 }

@@ -26,8 +26,8 @@ impl Engine {
         // One deploy at a time: a deploy is checked against committed
         // definitions only, so it waits while another one is being written
         // (deploys are rare; this keeps "registered" true once said).
-        if !self.deploying.is_empty() {
-            self.deploy_waiting.push_back((id, request));
+        if !self.registry.deploying.is_empty() {
+            self.registry.waiting.push_back((id, request));
             return;
         }
         if let Gate::Done = self.gate(id, &idempotency, &request) {
@@ -51,8 +51,8 @@ impl Engine {
     /// Runs deploys that waited for the one in flight, until one of them
     /// writes again.
     pub(super) fn deploy_next(&mut self) {
-        while self.deploying.is_empty() {
-            let Some((id, request)) = self.deploy_waiting.pop_front() else {
+        while self.registry.deploying.is_empty() {
+            let Some((id, request)) = self.registry.waiting.pop_front() else {
                 return;
             };
             self.request(id, request);
@@ -64,12 +64,12 @@ impl Engine {
         definitions: &[DefinitionRecord],
     ) -> Result<(Vec<DefinitionRecord>, serde_json::Value), Response> {
         let mut tasks: BTreeMap<(String, String), TaskContract> = BTreeMap::new();
-        for def in self.definitions.values() {
+        for def in self.registry.by_name.values() {
             for t in def.workflow.tasks.values() {
                 tasks.insert((t.name.clone(), t.version.clone()), t.clone());
             }
         }
-        let mut known_hashes: BTreeSet<String> = self.by_hash.keys().cloned().collect();
+        let mut known_hashes: BTreeSet<String> = self.registry.by_hash.keys().cloned().collect();
         known_hashes.extend(definitions.iter().map(|d| d.definition_hash.clone()));
         let mut new = Vec::new();
         let mut workflows = Vec::new();
@@ -79,7 +79,8 @@ impl Engine {
             let wf = &def.workflow;
             let key = (wf.name.clone(), wf.version.clone());
             let existing = self
-                .definitions
+                .registry
+                .by_name
                 .get(&key)
                 .map(|d| d.definition_hash.clone())
                 .or_else(|| seen.get(&key).cloned());
@@ -161,7 +162,8 @@ impl Engine {
 
     pub(super) fn list_definitions(&mut self, id: RequestId) {
         let rows: Vec<serde_json::Value> = self
-            .definitions
+            .registry
+            .by_name
             .values()
             .map(|d| {
                 json!({
@@ -177,7 +179,8 @@ impl Engine {
 
     pub(super) fn get_definition(&mut self, id: RequestId, name: &str, version: &str) {
         let response = match self
-            .definitions
+            .registry
+            .by_name
             .get(&(name.to_string(), version.to_string()))
         {
             Some(d) => Response::ok(

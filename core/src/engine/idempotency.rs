@@ -29,8 +29,9 @@ impl Engine {
         let Some(scope) = scope else {
             return Gate::Proceed;
         };
-        if self.idem_inflight.contains_key(&scope.key) {
-            self.idem_waiting
+        if self.keys.inflight.contains_key(&scope.key) {
+            self.keys
+                .waiting
                 .entry(scope.key.clone())
                 .or_default()
                 .push((id, request.clone()));

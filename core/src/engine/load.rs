@@ -106,7 +106,7 @@ impl Engine {
         let key = scope.map(|s| s.key.as_str());
         let need_exec = exec.is_some_and(|x| !self.loads.known.absent.contains(x));
         let need_key = key.is_some_and(|k| {
-            !self.idem_inflight.contains_key(k) && !self.loads.known.keys.contains_key(k)
+            !self.keys.inflight.contains_key(k) && !self.loads.known.keys.contains_key(k)
         });
         if !need_exec && !need_key {
             return false;

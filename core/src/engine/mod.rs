@@ -15,6 +15,7 @@ mod idempotency;
 mod ids;
 mod input;
 mod load;
+mod parts;
 mod planted;
 mod reads;
 mod recovery;
@@ -43,10 +44,8 @@ pub use reads::{event_view, execution_view};
 
 use crate::history::Millis;
 use load::Loads;
-use state::{Exec, ParkedPoll, ParkedWait, Queued, Session, TokenRef};
+use state::Exec;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
-use txn::Txn;
 
 /// How often time-based rules are checked at most (`runtime.md`: every
 /// 100 ms); also the retry delay after a failed write.
@@ -102,42 +101,27 @@ pub struct Engine {
     now: Millis,
     out: Vec<Effect>,
     last_wake: Option<Millis>,
-    next_batch: BatchId,
     ordinal: u64,
-    definitions: BTreeMap<(String, String), Arc<DefinitionRecord>>,
-    by_hash: BTreeMap<String, Arc<DefinitionRecord>>,
-    deploying: BTreeMap<(String, String), String>,
-    deploy_waiting: VecDeque<(RequestId, Request)>,
-    /// A deploy whose write had an unknown outcome, to be written again at
-    /// the next tick (see `storage.rs`).
-    deploy_unsettled: Option<Txn>,
+    /// Executions in memory, by id.
     executions: BTreeMap<String, Exec>,
-    pending: BTreeSet<(Millis, String)>,
-    active: BTreeMap<String, String>,
+    /// Executions to decide again before the next batch.
     dirty: BTreeSet<String>,
+    /// (time, execution) of every timer, retry and deadline due.
     wakes: BTreeSet<(Millis, String)>,
-    sessions: BTreeMap<String, Session>,
-    tokens: BTreeMap<String, TokenRef>,
-    unconfirmed: BTreeSet<(Millis, String)>,
-    orphans: BTreeMap<String, String>,
-    /// Tokens handed to a session in a batch still in flight, whose session
-    /// ended meanwhile, with the reason their attempt becomes uncertain.
-    lost_handouts: BTreeMap<String, String>,
-    queue: BTreeMap<(Millis, u64), Queued>,
-    queued: BTreeMap<(String, String), (Millis, u64)>,
-    polls: BTreeMap<RequestId, ParkedPoll>,
-    waits: BTreeMap<RequestId, ParkedWait>,
-    batches: BTreeMap<BatchId, Txn>,
-    reloads: Vec<Txn>,
-    idem_inflight: BTreeMap<String, BatchId>,
-    idem_waiting: BTreeMap<String, Vec<(RequestId, Request)>>,
+    /// Executions to look at again at the next tick.
+    soon: BTreeSet<String>,
+    /// Until then, hand-outs recovered from the store wait for their
+    /// workers to report before they are redelivered.
     recovery_until: Option<Millis>,
     /// Finished executions still in memory, oldest first (see `finished`).
     finished: VecDeque<String>,
     /// Loads in progress and the requests parked on them.
     loads: Loads,
-    soon: BTreeSet<String>,
-    admit_needed: bool,
+    registry: parts::Registry,
+    work: parts::Work,
+    keys: parts::Keys,
+    writes: parts::Writes,
+    admission: parts::Admission,
     #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
     planted: planted::Planted,
 }
@@ -152,36 +136,19 @@ impl Engine {
             now: 0,
             out: Vec::new(),
             last_wake: None,
-            next_batch: 0,
             ordinal: 0,
-            definitions: BTreeMap::new(),
-            by_hash: BTreeMap::new(),
-            deploying: BTreeMap::new(),
-            deploy_waiting: VecDeque::new(),
-            deploy_unsettled: None,
             executions: BTreeMap::new(),
-            pending: BTreeSet::new(),
-            active: BTreeMap::new(),
             dirty: BTreeSet::new(),
             wakes: BTreeSet::new(),
-            sessions: BTreeMap::new(),
-            tokens: BTreeMap::new(),
-            unconfirmed: BTreeSet::new(),
-            orphans: BTreeMap::new(),
-            lost_handouts: BTreeMap::new(),
-            queue: BTreeMap::new(),
-            queued: BTreeMap::new(),
-            polls: BTreeMap::new(),
-            waits: BTreeMap::new(),
-            batches: BTreeMap::new(),
-            reloads: Vec::new(),
-            idem_inflight: BTreeMap::new(),
-            idem_waiting: BTreeMap::new(),
+            soon: BTreeSet::new(),
             recovery_until: None,
             finished: VecDeque::new(),
             loads: Loads::default(),
-            soon: BTreeSet::new(),
-            admit_needed: false,
+            registry: parts::Registry::default(),
+            work: parts::Work::default(),
+            keys: parts::Keys::default(),
+            writes: parts::Writes::default(),
+            admission: parts::Admission::default(),
             planted: planted::Planted::default(),
         }
     }
@@ -208,8 +175,8 @@ impl Engine {
                 idempotency,
             } => self.recover(definitions, executions, idempotency),
             Input::Abandoned { id } => {
-                self.polls.remove(&id);
-                self.waits.remove(&id);
+                self.work.polls.remove(&id);
+                self.work.waits.remove(&id);
             }
         }
         self.after_input();
@@ -245,7 +212,7 @@ impl Engine {
 
     /// Number of batches written but not yet answered.
     pub fn batches_in_flight(&self) -> usize {
-        self.batches.len()
+        self.writes.batches.len()
     }
 
     fn request(&mut self, id: RequestId, request: Request) {

@@ -189,6 +189,7 @@ impl Engine {
     /// result.
     pub(super) fn list_workers(&mut self, id: RequestId) {
         let sessions: Vec<Value> = self
+            .work
             .sessions
             .iter()
             .map(|(session_id, s)| {
@@ -196,7 +197,7 @@ impl Engine {
                     .tokens
                     .iter()
                     .filter_map(|token| {
-                        let t = self.tokens.get(token)?;
+                        let t = self.work.tokens.get(token)?;
                         let p = &self.executions.get(&t.execution_id)?.proj;
                         let u = p.units.get(&t.unit)?;
                         let outstanding = !p.status.is_terminal()
@@ -255,7 +256,7 @@ impl Engine {
             let view = execution_view(p);
             return self.reply(id, Response::ok(200, view));
         }
-        self.waits.insert(
+        self.work.waits.insert(
             id,
             ParkedWait {
                 execution_id: exec_id.to_string(),
@@ -267,13 +268,14 @@ impl Engine {
     /// Answers parked waits on `exec_id` (it is terminal).
     pub(super) fn finish_waits(&mut self, exec_id: &str) {
         let ids: Vec<RequestId> = self
+            .work
             .waits
             .iter()
             .filter(|(_, w)| w.execution_id == exec_id)
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            self.waits.remove(&id);
+            self.work.waits.remove(&id);
             if let Some(p) = self.visible(exec_id) {
                 let view = execution_view(p);
                 self.reply(id, Response::ok(200, view));
@@ -285,13 +287,14 @@ impl Engine {
     pub(super) fn expire_waits(&mut self) {
         let now = self.now;
         let ids: Vec<RequestId> = self
+            .work
             .waits
             .iter()
             .filter(|(_, w)| w.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            if let Some(w) = self.waits.remove(&id) {
+            if let Some(w) = self.work.waits.remove(&id) {
                 let response = match self.visible(&w.execution_id) {
                     Some(p) => Response::ok(200, execution_view(p)),
                     None => Response::error(

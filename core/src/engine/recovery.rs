@@ -18,8 +18,11 @@ impl Engine {
     ) {
         for d in definitions {
             let d = Arc::new(d);
-            self.by_hash.insert(d.definition_hash.clone(), d.clone());
-            self.definitions
+            self.registry
+                .by_hash
+                .insert(d.definition_hash.clone(), d.clone());
+            self.registry
+                .by_name
                 .insert((d.workflow.name.clone(), d.workflow.version.clone()), d);
         }
         // Committed records live in the store; a request's key is loaded
@@ -32,6 +35,7 @@ impl Engine {
         }
         self.builtin_restarted();
         let in_flight = self
+            .work
             .tokens
             .values()
             .any(|t| t.session.is_none() && !t.confirmed);
@@ -45,6 +49,6 @@ impl Engine {
             self.retire(id);
         }
         self.load_missing_children();
-        self.admit_needed = true;
+        self.admission.needed = true;
     }
 }

@@ -38,7 +38,7 @@ impl Engine {
         else {
             return;
         };
-        let Some(t) = self.tokens.get(token) else {
+        let Some(t) = self.work.tokens.get(token) else {
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
         let exec_id = t.execution_id.clone();
@@ -64,12 +64,12 @@ impl Engine {
         if e.proj.status.is_terminal() {
             return self.reply(id, refused(UNKNOWN_TOKEN));
         }
-        if let Some(t) = self.tokens.get_mut(token) {
+        if let Some(t) = self.work.tokens.get_mut(token) {
             t.confirmed = true;
             let key = (t.dispatched_at, token.clone());
-            self.unconfirmed.remove(&key);
+            self.work.unconfirmed.remove(&key);
         }
-        self.orphans.remove(token);
+        self.work.orphans.remove(token);
         let mut txn = Txn::default();
         if !self.draft(&mut txn, &exec_id) {
             return self.reply(id, refused(UNKNOWN_TOKEN));

@@ -49,11 +49,13 @@ impl Engine {
     fn lookup_workflow(&self, name: &str, version: Option<&str>) -> Option<Arc<DefinitionRecord>> {
         match version {
             Some(v) => self
-                .definitions
+                .registry
+                .by_name
                 .get(&(name.to_string(), v.to_string()))
                 .cloned(),
             None => self
-                .definitions
+                .registry
+                .by_name
                 .values()
                 .filter(|d| d.workflow.name == name)
                 .max_by(|a, b| semver_cmp(&a.workflow.version, &b.workflow.version))

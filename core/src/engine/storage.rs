@@ -16,7 +16,7 @@ fn storage_error(message: &str) -> Response {
 
 impl Engine {
     pub(super) fn stored(&mut self, batch: BatchId, result: StorageResult) {
-        let Some(txn) = self.batches.remove(&batch) else {
+        let Some(txn) = self.writes.batches.remove(&batch) else {
             return;
         };
         let unknown = match &result {
@@ -29,7 +29,8 @@ impl Engine {
             return;
         }
         for d in &txn.definitions {
-            self.deploying
+            self.registry
+                .deploying
                 .remove(&(d.workflow.name.clone(), d.workflow.version.clone()));
         }
         let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
@@ -81,7 +82,7 @@ impl Engine {
                         }
                     }
                     self.out.push(Effect::Reload { executions: ids });
-                    self.reloads.push(txn);
+                    self.writes.reloads.push(txn);
                     // Its Idempotency-Keys stay taken until the reload tells
                     // whether their records were stored.
                     decided = self.planted(Bug::KeyReleasedOnAmbiguous);
@@ -109,12 +110,12 @@ impl Engine {
             });
         }
         txn.unsettled = true;
-        self.deploy_unsettled = Some(txn);
+        self.registry.unsettled = Some(txn);
     }
 
     /// Writes the unsettled deploy again (at a tick).
     pub(super) fn settle_deploy(&mut self) {
-        if let Some(txn) = self.deploy_unsettled.take() {
+        if let Some(txn) = self.registry.unsettled.take() {
             self.submit(txn);
         }
     }
@@ -122,8 +123,8 @@ impl Engine {
     /// Lets requests queued behind these Idempotency-Keys run.
     fn release_keys(&mut self, keys: Vec<String>) {
         for key in keys {
-            self.idem_inflight.remove(&key);
-            if let Some(waiting) = self.idem_waiting.remove(&key) {
+            self.keys.inflight.remove(&key);
+            if let Some(waiting) = self.keys.waiting.remove(&key) {
                 for (id, request) in waiting {
                     self.request(id, request);
                 }
@@ -134,7 +135,7 @@ impl Engine {
     /// Nothing of `txn` was applied: memory stays as it was.
     fn abort(&mut self, txn: Txn, message: &str) {
         for (token, _) in &txn.deliveries {
-            self.lost_handouts.remove(token);
+            self.work.lost_handouts.remove(token);
         }
         for r in txn.replies {
             self.out.push(Effect::Reply {
@@ -174,13 +175,14 @@ impl Engine {
             self.reply(rid, storage_error(message));
         }
         let waits: Vec<u64> = self
+            .work
             .waits
             .iter()
             .filter(|(_, w)| w.execution_id == exec_id)
             .map(|(id, _)| *id)
             .collect();
         for id in waits {
-            self.waits.remove(&id);
+            self.work.waits.remove(&id);
             self.reply(id, storage_error(message));
         }
     }
@@ -212,7 +214,8 @@ impl Engine {
             }
             self.status_changed(&exec_id, was_new, before);
             // A pending execution that was busy may be next in line.
-            self.admit_needed |= !self.pending.is_empty() && !was_new && before == Status::Pending;
+            self.admission.needed |=
+                !self.admission.pending.is_empty() && !was_new && before == Status::Pending;
             self.out.push(Effect::Committed {
                 execution_id: exec_id.clone(),
                 events: d.events,
@@ -221,8 +224,11 @@ impl Engine {
         }
         for r in txn.definitions {
             let r = std::sync::Arc::new(r);
-            self.by_hash.insert(r.definition_hash.clone(), r.clone());
-            self.definitions
+            self.registry
+                .by_hash
+                .insert(r.definition_hash.clone(), r.clone());
+            self.registry
+                .by_name
                 .insert((r.workflow.name.clone(), r.workflow.version.clone()), r);
         }
         for r in &txn.idempotency {
@@ -258,7 +264,7 @@ impl Engine {
         if e.proj.status == Status::Pending {
             // Its start is admission's to write (a failed write of it
             // comes back here on the next tick).
-            self.admit_needed = true;
+            self.admission.needed = true;
             return;
         }
         if self.orphans_of(exec_id) {
@@ -313,7 +319,7 @@ impl Engine {
                     token,
                     ..
                 } => {
-                    self.tokens.insert(
+                    self.work.tokens.insert(
                         token.clone(),
                         TokenRef {
                             execution_id: exec_id.to_string(),
@@ -354,12 +360,16 @@ impl Engine {
     /// Removes every index entry of an execution.
     pub(super) fn unindex(&mut self, exec_id: &str, p: &Projection) {
         for token in p.tokens.keys() {
-            self.tokens.remove(token);
-            self.orphans.remove(token);
+            self.work.tokens.remove(token);
+            self.work.orphans.remove(token);
         }
         for unit in p.units.keys() {
-            if let Some(pos) = self.queued.remove(&(exec_id.to_string(), unit.clone())) {
-                self.queue.remove(&pos);
+            if let Some(pos) = self
+                .work
+                .queued
+                .remove(&(exec_id.to_string(), unit.clone()))
+            {
+                self.work.queue.remove(&pos);
             }
         }
     }
@@ -371,13 +381,13 @@ impl Engine {
             .get(exec_id)
             .and_then(|e| e.proj.units.get(unit))
             .map(|u| (u.state.clone(), u.task.clone()));
-        if let Some(pos) = self.queued.remove(&key) {
-            self.queue.remove(&pos);
+        if let Some(pos) = self.work.queued.remove(&key) {
+            self.work.queue.remove(&pos);
         }
         if let Some((UnitState::Queued { since }, task)) = state {
             let pos = (since, self.next_ordinal());
-            self.queued.insert(key, pos);
-            self.queue.insert(
+            self.work.queued.insert(key, pos);
+            self.work.queue.insert(
                 pos,
                 Queued {
                     execution_id: exec_id.to_string(),
@@ -398,12 +408,12 @@ impl Engine {
         if let Some(old) = self.executions.get(&id) {
             let p = old.proj.clone();
             for token in p.tokens.keys() {
-                if let Some(t) = self.tokens.get(token) {
+                if let Some(t) = self.work.tokens.get(token) {
                     if let Some(s) = &t.session {
                         holders.push((token.clone(), s.clone(), t.confirmed));
                     }
                 }
-                if let Some(reason) = self.orphans.get(token) {
+                if let Some(reason) = self.work.orphans.get(token) {
                     orphans.push((token.clone(), reason.clone()));
                 }
             }
@@ -423,7 +433,7 @@ impl Engine {
             return false;
         }
         let proj = Projection::fold(&id, &stored.events);
-        let Some(def) = self.by_hash.get(&proj.definition_hash).cloned() else {
+        let Some(def) = self.registry.by_hash.get(&proj.definition_hash).cloned() else {
             return false;
         };
         let before = self.executions.get(&id).map(|e| e.proj.status);
@@ -441,16 +451,16 @@ impl Engine {
         );
         self.index(&id, &stored.events);
         for (token, reason) in orphans {
-            if self.tokens.contains_key(&token) {
-                self.orphans.insert(token, reason);
+            if self.work.tokens.contains_key(&token) {
+                self.work.orphans.insert(token, reason);
             }
         }
         for (token, session, confirmed) in holders {
-            if let Some(t) = self.tokens.get_mut(&token) {
+            if let Some(t) = self.work.tokens.get_mut(&token) {
                 t.session = Some(session.clone());
                 t.confirmed = confirmed;
             }
-            if let Some(s) = self.sessions.get_mut(&session) {
+            if let Some(s) = self.work.sessions.get_mut(&session) {
                 s.tokens.insert(token);
             }
         }
@@ -470,14 +480,14 @@ impl Engine {
             ids.push(stored.execution_id.clone());
             self.install(stored);
         }
-        let reloads = std::mem::take(&mut self.reloads);
+        let reloads = std::mem::take(&mut self.writes.reloads);
         for txn in reloads {
             let ready = txn
                 .drafts
                 .keys()
                 .all(|id| self.executions.get(id).is_none_or(|e| !e.reloading));
             if !ready {
-                self.reloads.push(txn);
+                self.writes.reloads.push(txn);
                 continue;
             }
             let stored = |engine: &Engine, proof: &Option<(String, u64)>| match proof {

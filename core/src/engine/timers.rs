@@ -13,6 +13,7 @@ impl Engine {
         self.expire_waits();
         let timeout = self.config.session_timeout_ms;
         let lost: Vec<(String, String)> = self
+            .work
             .sessions
             .iter()
             .filter(|(_, s)| s.last_seen + timeout <= now)
@@ -21,28 +22,29 @@ impl Engine {
         for (id, worker) in lost {
             self.end_session(&id, &format!("worker `{worker}` stopped responding"));
             let polls: Vec<_> = self
+                .work
                 .polls
                 .iter()
                 .filter(|(_, p)| p.session_id == id)
                 .map(|(rid, _)| *rid)
                 .collect();
             for rid in polls {
-                self.polls.remove(&rid);
+                self.work.polls.remove(&rid);
                 self.reply(rid, super::worker::unknown_session(&id));
             }
         }
-        while let Some((at, token)) = self.unconfirmed.first().cloned() {
+        while let Some((at, token)) = self.work.unconfirmed.first().cloned() {
             if at + timeout > now {
                 break;
             }
-            self.unconfirmed.pop_first();
-            if let Some(t) = self.tokens.get(&token) {
+            self.work.unconfirmed.pop_first();
+            if let Some(t) = self.work.tokens.get(&token) {
                 let alive = t
                     .session
                     .as_ref()
-                    .is_some_and(|s| self.sessions.contains_key(s));
+                    .is_some_and(|s| self.work.sessions.contains_key(s));
                 let dead_ignored = !alive && self.planted(Bug::HandOutToDeadSession);
-                if !t.confirmed && !self.orphans.contains_key(&token) && !dead_ignored {
+                if !t.confirmed && !self.work.orphans.contains_key(&token) && !dead_ignored {
                     // Never listed nor reported: lost on the way, or its
                     // session is gone.
                     let reason = if alive {
@@ -50,20 +52,22 @@ impl Engine {
                     } else {
                         format!("worker `{}` stopped responding", t.worker_id)
                     };
-                    self.orphans.insert(token, reason);
+                    self.work.orphans.insert(token, reason);
                 }
             }
         }
         if self.recovery_until.is_some_and(|t| t <= now) {
             self.recovery_until = None;
             let silent: Vec<(String, String)> = self
+                .work
                 .tokens
                 .iter()
                 .filter(|(_, t)| t.session.is_none() && !t.confirmed)
                 .map(|(k, t)| (k.clone(), t.worker_id.clone()))
                 .collect();
             for (token, worker) in silent {
-                self.orphans
+                self.work
+                    .orphans
                     .insert(token, format!("worker `{worker}` stopped responding"));
             }
         }
@@ -88,7 +92,7 @@ impl Engine {
 
     /// True when `exec_id` had orphaned dispatches (now in a batch).
     pub(super) fn orphans_of(&mut self, exec_id: &str) -> bool {
-        if self.orphans.is_empty() {
+        if self.work.orphans.is_empty() {
             return false;
         }
         let Some(own) = self.executions.get(exec_id).map(|e| &e.proj.tokens) else {
@@ -96,12 +100,13 @@ impl Engine {
         };
         // Walk the smaller side: after a mass session loss every execution
         // has orphans, and scanning all of them per execution is quadratic.
-        let tokens: Vec<(String, String)> = if own.len() < self.orphans.len() {
+        let tokens: Vec<(String, String)> = if own.len() < self.work.orphans.len() {
             own.keys()
-                .filter_map(|t| self.orphans.get(t).map(|r| (t.clone(), r.clone())))
+                .filter_map(|t| self.work.orphans.get(t).map(|r| (t.clone(), r.clone())))
                 .collect()
         } else {
-            self.orphans
+            self.work
+                .orphans
                 .iter()
                 .filter(|(t, _)| own.contains_key(*t))
                 .map(|(t, r)| (t.clone(), r.clone()))
@@ -117,8 +122,8 @@ impl Engine {
         // An orphan stays listed until its `StepAttemptUncertain` commits
         // (then its dispatch is no longer current and it is dropped here).
         for (token, reason) in tokens {
-            let Some(unit) = self.tokens.get(&token).map(|t| t.unit.clone()) else {
-                self.orphans.remove(&token);
+            let Some(unit) = self.work.tokens.get(&token).map(|t| t.unit.clone()) else {
+                self.work.orphans.remove(&token);
                 continue;
             };
             let attempt = txn.drafts.get(exec_id).and_then(|d| {
@@ -127,7 +132,7 @@ impl Engine {
                 (current == token).then_some(dispatch.attempt)
             });
             if attempt.is_none() {
-                self.orphans.remove(&token);
+                self.work.orphans.remove(&token);
             }
             if attempt.is_some() && self.planted(Bug::UncertainAsFailed) {
                 let events = txn.drafts.get(exec_id).and_then(|d| {
@@ -171,18 +176,20 @@ impl Engine {
     /// Turns orphaned dispatches into uncertain attempts, per execution.
     pub(super) fn process_orphans(&mut self) {
         let execs: std::collections::BTreeSet<String> = self
+            .work
             .orphans
             .keys()
-            .filter_map(|t| self.tokens.get(t).map(|r| r.execution_id.clone()))
+            .filter_map(|t| self.work.tokens.get(t).map(|r| r.execution_id.clone()))
             .collect();
         let stale: Vec<String> = self
+            .work
             .orphans
             .keys()
-            .filter(|t| !self.tokens.contains_key(*t))
+            .filter(|t| !self.work.tokens.contains_key(*t))
             .cloned()
             .collect();
         for t in stale {
-            self.orphans.remove(&t);
+            self.work.orphans.remove(&t);
         }
         for id in execs {
             if self.executions.get(&id).is_some_and(|e| !e.blocked()) {
@@ -223,13 +230,13 @@ impl Engine {
     pub(super) fn after_input(&mut self) {
         for _ in 0..1000 {
             let dirty = std::mem::take(&mut self.dirty);
-            if dirty.is_empty() && !self.admit_needed {
+            if dirty.is_empty() && !self.admission.needed {
                 break;
             }
             for id in dirty {
                 self.refresh(&id);
             }
-            if self.admit_needed {
+            if self.admission.needed {
                 self.admit();
             }
         }
@@ -241,13 +248,19 @@ impl Engine {
         let timeout = self.config.session_timeout_ms;
         [
             self.wakes.first().map(|(t, _)| *t),
-            self.polls.values().map(|p| p.deadline).min(),
-            self.waits.values().map(|w| w.deadline).min(),
-            self.sessions.values().map(|s| s.last_seen + timeout).min(),
-            self.unconfirmed.first().map(|(t, _)| t + timeout),
+            self.work.polls.values().map(|p| p.deadline).min(),
+            self.work.waits.values().map(|w| w.deadline).min(),
+            self.work
+                .sessions
+                .values()
+                .map(|s| s.last_seen + timeout)
+                .min(),
+            self.work.unconfirmed.first().map(|(t, _)| t + timeout),
             self.recovery_until,
-            (!self.soon.is_empty() || !self.orphans.is_empty() || self.deploy_unsettled.is_some())
-                .then_some(self.now + TICK_MS),
+            (!self.soon.is_empty()
+                || !self.work.orphans.is_empty()
+                || self.registry.unsettled.is_some())
+            .then_some(self.now + TICK_MS),
         ]
         .into_iter()
         .flatten()

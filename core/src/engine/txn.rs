@@ -185,7 +185,8 @@ impl Engine {
                     {
                         continue;
                     }
-                    let Some(def) = self.by_hash.get(&start.definition_hash).cloned() else {
+                    let Some(def) = self.registry.by_hash.get(&start.definition_hash).cloned()
+                    else {
                         // Deploy refuses such definitions; a store that lost
                         // the child's definition must not leave the parent
                         // waiting forever.
@@ -277,8 +278,8 @@ impl Engine {
             return;
         }
         self.hand_off(&mut txn);
-        self.next_batch += 1;
-        let id = self.next_batch;
+        self.writes.next += 1;
+        let id = self.writes.next;
         let mut executions = Vec::new();
         for (exec_id, d) in &txn.drafts {
             if d.events.is_empty() {
@@ -310,10 +311,10 @@ impl Engine {
             }
         }
         for r in &txn.idempotency {
-            self.idem_inflight.insert(r.key.clone(), id);
+            self.keys.inflight.insert(r.key.clone(), id);
         }
         for d in &txn.definitions {
-            self.deploying.insert(
+            self.registry.deploying.insert(
                 (d.workflow.name.clone(), d.workflow.version.clone()),
                 d.definition_hash.clone(),
             );
@@ -324,7 +325,7 @@ impl Engine {
             definitions: txn.definitions.clone(),
             idempotency: txn.idempotency.clone(),
         }));
-        self.batches.insert(id, txn);
+        self.writes.batches.insert(id, txn);
     }
 }
 

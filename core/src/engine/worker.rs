@@ -38,7 +38,7 @@ impl Engine {
         max_tasks: Option<u32>,
     ) {
         let session_id = self.ids.next_id();
-        self.sessions.insert(
+        self.work.sessions.insert(
             session_id.clone(),
             Session {
                 worker_id,
@@ -60,12 +60,12 @@ impl Engine {
 
     /// Marks `token` as held by `session` (a listing or a delivery).
     pub(super) fn attach(&mut self, token: &str, session_id: &str, confirmed: bool) {
-        let Some(t) = self.tokens.get_mut(token) else {
+        let Some(t) = self.work.tokens.get_mut(token) else {
             return;
         };
         if let Some(old) = t.session.take() {
             if old != session_id {
-                if let Some(s) = self.sessions.get_mut(&old) {
+                if let Some(s) = self.work.sessions.get_mut(&old) {
                     s.tokens.remove(token);
                 }
             }
@@ -73,20 +73,22 @@ impl Engine {
         t.session = Some(session_id.to_string());
         if confirmed {
             t.confirmed = true;
-            self.unconfirmed
+            self.work
+                .unconfirmed
                 .remove(&(t.dispatched_at, token.to_string()));
         } else if !t.confirmed {
-            self.unconfirmed
+            self.work
+                .unconfirmed
                 .insert((t.dispatched_at, token.to_string()));
         }
-        if let Some(s) = self.sessions.get_mut(session_id) {
+        if let Some(s) = self.work.sessions.get_mut(session_id) {
             s.tokens.insert(token.to_string());
         }
     }
 
     /// A session called: refresh it and re-attach what it holds.
     fn touch(&mut self, session_id: &str, held: &[String]) -> bool {
-        let Some(s) = self.sessions.get_mut(session_id) else {
+        let Some(s) = self.work.sessions.get_mut(session_id) else {
             return false;
         };
         s.last_seen = self.now;
@@ -98,7 +100,7 @@ impl Engine {
 
     /// True while the server still wants the delivery with `token` to run.
     pub(super) fn wanted(&self, token: &str) -> bool {
-        let Some(t) = self.tokens.get(token) else {
+        let Some(t) = self.work.tokens.get(token) else {
             return false;
         };
         let Some(e) = self.executions.get(&t.execution_id) else {
@@ -138,13 +140,14 @@ impl Engine {
             return self.reply(id, unknown_session(session_id));
         }
         let polls: Vec<RequestId> = self
+            .work
             .polls
             .iter()
             .filter(|(_, p)| p.session_id == session_id)
             .map(|(id, _)| *id)
             .collect();
         for p in polls {
-            self.polls.remove(&p);
+            self.work.polls.remove(&p);
             self.reply(p, Response::ok(200, json!({"tasks": []})));
         }
         self.reply(id, Response::ok(200, json!({"unregistered": true})));
@@ -156,31 +159,33 @@ impl Engine {
     /// batch not committed yet (it will never be attached). False when
     /// there is no such session.
     pub(super) fn end_session(&mut self, session_id: &str, reason: &str) -> bool {
-        let Some(s) = self.sessions.remove(session_id) else {
+        let Some(s) = self.work.sessions.remove(session_id) else {
             return false;
         };
         for token in s.tokens {
             if self
+                .work
                 .tokens
                 .get(&token)
                 .is_some_and(|t| t.session.as_deref() == Some(session_id))
             {
-                self.orphans.insert(token, reason.to_string());
+                self.work.orphans.insert(token, reason.to_string());
             }
         }
         if self.planted(Bug::HandOutToDeadSession) {
             return true;
         }
         let pending = self
+            .writes
             .batches
             .values()
-            .chain(self.reloads.iter())
+            .chain(self.writes.reloads.iter())
             .flat_map(|txn| &txn.deliveries)
             .filter(|(_, s)| s == session_id)
             .map(|(token, _)| token.clone())
             .collect::<Vec<_>>();
         for token in pending {
-            self.lost_handouts.insert(token, reason.to_string());
+            self.work.lost_handouts.insert(token, reason.to_string());
         }
         true
     }
@@ -189,18 +194,18 @@ impl Engine {
     /// it now, unless the session ended while the batch was in flight (then
     /// the delivery is uncertain at once).
     pub(super) fn handed_out(&mut self, token: &str, session_id: &str) {
-        let ended = self.lost_handouts.remove(token);
+        let ended = self.work.lost_handouts.remove(token);
         if self.planted(Bug::HandOutToDeadSession) {
             return self.attach(token, session_id, false);
         }
         let reason = ended.or_else(|| {
-            let worker = &self.tokens.get(token)?.worker_id;
-            (!self.sessions.contains_key(session_id))
+            let worker = &self.work.tokens.get(token)?.worker_id;
+            (!self.work.sessions.contains_key(session_id))
                 .then(|| format!("worker `{worker}` stopped responding"))
         });
         match reason {
-            Some(reason) if self.tokens.contains_key(token) => {
-                self.orphans.insert(token.to_string(), reason);
+            Some(reason) if self.work.tokens.contains_key(token) => {
+                self.work.orphans.insert(token.to_string(), reason);
             }
             Some(_) => {}
             None => self.attach(token, session_id, false),
@@ -219,7 +224,7 @@ impl Engine {
             return self.reply(id, unknown_session(session_id));
         }
         let max = max_tasks
-            .or_else(|| self.sessions.get(session_id).map(|s| s.max_tasks))
+            .or_else(|| self.work.sessions.get(session_id).map(|s| s.max_tasks))
             .unwrap_or(1)
             .max(1);
         if self.dispatch(id, session_id, max) {
@@ -233,7 +238,7 @@ impl Engine {
         // again before its session could expire and a dead one's expires on
         // time.
         let wait_ms = wait_ms.min(self.config.session_timeout_ms / 2).max(1);
-        self.polls.insert(
+        self.work.polls.insert(
             id,
             ParkedPoll {
                 session_id: session_id.to_string(),
@@ -247,12 +252,12 @@ impl Engine {
     /// session's patterns; the reply goes out after the batch commits.
     /// False when nothing matched.
     fn dispatch(&mut self, request: RequestId, session_id: &str, max: u32) -> bool {
-        let Some(s) = self.sessions.get(session_id) else {
+        let Some(s) = self.work.sessions.get(session_id) else {
             return false;
         };
         let worker_id = s.worker_id.clone();
         let mut picked = Vec::new();
-        for q in self.queue.values() {
+        for q in self.work.queue.values() {
             if picked.len() >= max as usize {
                 break;
             }
@@ -353,7 +358,7 @@ impl Engine {
     /// scheduling of the next and its delivery to a waiting worker share one
     /// commit. The polls are answered when the batch commits.
     pub(super) fn hand_off(&mut self, txn: &mut Txn) {
-        if self.polls.is_empty() {
+        if self.work.polls.is_empty() {
             return;
         }
         let mut fresh = Vec::new();
@@ -366,9 +371,9 @@ impl Engine {
         }
         let mut answers: BTreeMap<RequestId, HandOff> = BTreeMap::new();
         for (exec_id, unit, task_name) in fresh {
-            let taker = self.polls.iter().find_map(|(id, p)| {
+            let taker = self.work.polls.iter().find_map(|(id, p)| {
                 let left = answers.get(id).map_or(p.max_tasks, |a| a.left);
-                let session = self.sessions.get(&p.session_id)?;
+                let session = self.work.sessions.get(&p.session_id)?;
                 (left > 0 && session.takes(&task_name))
                     .then(|| (*id, p.max_tasks, p.session_id.clone()))
             });
@@ -376,6 +381,7 @@ impl Engine {
                 continue;
             };
             let worker_id = self
+                .work
                 .sessions
                 .get(&session_id)
                 .map(|s| s.worker_id.clone())
@@ -395,8 +401,8 @@ impl Engine {
         }
         let now = self.now;
         for (poll, HandOff { tasks, proof, .. }) in answers {
-            if let Some(p) = self.polls.remove(&poll) {
-                if let Some(s) = self.sessions.get_mut(&p.session_id) {
+            if let Some(p) = self.work.polls.remove(&poll) {
+                if let Some(s) = self.work.sessions.get_mut(&p.session_id) {
                     s.last_seen = now;
                 }
             }
@@ -406,22 +412,22 @@ impl Engine {
 
     /// Serves parked polls (oldest first) from the queue.
     pub(super) fn serve_polls(&mut self) {
-        if self.queue.is_empty() || self.polls.is_empty() {
+        if self.work.queue.is_empty() || self.work.polls.is_empty() {
             return;
         }
-        let parked: Vec<RequestId> = self.polls.keys().copied().collect();
+        let parked: Vec<RequestId> = self.work.polls.keys().copied().collect();
         for id in parked {
-            if self.queue.is_empty() {
+            if self.work.queue.is_empty() {
                 return;
             }
-            let Some(p) = self.polls.get(&id) else {
+            let Some(p) = self.work.polls.get(&id) else {
                 continue;
             };
             let (session, max) = (p.session_id.clone(), p.max_tasks);
             if self.dispatch(id, &session, max) {
-                self.polls.remove(&id);
+                self.work.polls.remove(&id);
                 let now = self.now;
-                if let Some(s) = self.sessions.get_mut(&session) {
+                if let Some(s) = self.work.sessions.get_mut(&session) {
                     s.last_seen = now;
                 }
             }
@@ -432,13 +438,14 @@ impl Engine {
     pub(super) fn expire_polls(&mut self) {
         let now = self.now;
         let ids: Vec<RequestId> = self
+            .work
             .polls
             .iter()
             .filter(|(_, p)| p.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
-            self.polls.remove(&id);
+            self.work.polls.remove(&id);
             self.reply(id, Response::ok(200, json!({"tasks": []})));
         }
     }

@@ -1,0 +1,87 @@
+//! The engine's state beside its executions, grouped by concern: the
+//! definitions registry, the workers' side (sessions, queue, hand-outs,
+//! parked calls), Idempotency-Keys being written, the batches in flight,
+//! and admission.
+
+use super::batch::{BatchId, DefinitionRecord};
+use super::input::{Request, RequestId};
+use super::state::{ParkedPoll, ParkedWait, Queued, Session, TokenRef};
+use super::txn::Txn;
+use crate::history::Millis;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// Registered definitions, and the deploys being written.
+#[derive(Default)]
+pub(super) struct Registry {
+    /// By (name, version).
+    pub by_name: BTreeMap<(String, String), Arc<DefinitionRecord>>,
+    /// By definition hash (children are pinned by hash).
+    pub by_hash: BTreeMap<String, Arc<DefinitionRecord>>,
+    /// (name, version) → hash of definitions in a batch in flight.
+    pub deploying: BTreeMap<(String, String), String>,
+    /// Deploys waiting for the one in flight.
+    pub waiting: VecDeque<(RequestId, Request)>,
+    /// A deploy whose write had an unknown outcome, to be written again at
+    /// the next tick (see `storage.rs`).
+    pub unsettled: Option<Txn>,
+}
+
+/// The workers' side: sessions, the task queue, tokens handed out, and
+/// the polls and waits parked until something happens.
+#[derive(Default)]
+pub(super) struct Work {
+    /// Live worker sessions by id.
+    pub sessions: BTreeMap<String, Session>,
+    /// Tokens of attempts in flight.
+    pub tokens: BTreeMap<String, TokenRef>,
+    /// Hand-outs recovered from the store whose worker has not been heard
+    /// from since, by the time they were recovered.
+    pub unconfirmed: BTreeSet<(Millis, String)>,
+    /// Tokens whose attempt became uncertain, with the reason, waiting to
+    /// be recorded.
+    pub orphans: BTreeMap<String, String>,
+    /// Tokens handed to a session in a batch still in flight, whose session
+    /// ended meanwhile, with the reason their attempt becomes uncertain.
+    pub lost_handouts: BTreeMap<String, String>,
+    /// The task queue, oldest first.
+    pub queue: BTreeMap<(Millis, u64), Queued>,
+    /// (execution, unit) → its place in the queue.
+    pub queued: BTreeMap<(String, String), (Millis, u64)>,
+    /// Long polls parked until tasks are handed to them or their deadline.
+    pub polls: BTreeMap<RequestId, ParkedPoll>,
+    /// `wait` calls parked until their execution ends or their deadline.
+    pub waits: BTreeMap<RequestId, ParkedWait>,
+}
+
+/// Idempotency-Keys whose record is in a batch in flight.
+#[derive(Default)]
+pub(super) struct Keys {
+    /// Key → the batch writing its record.
+    pub inflight: BTreeMap<String, BatchId>,
+    /// Requests with a key in flight, run once its batch is decided.
+    pub waiting: BTreeMap<String, Vec<(RequestId, Request)>>,
+}
+
+/// The batches handed to the driver and not yet answered.
+#[derive(Default)]
+pub(super) struct Writes {
+    /// The last batch id given out.
+    pub next: BatchId,
+    /// Batches in flight, by id.
+    pub batches: BTreeMap<BatchId, Txn>,
+    /// Batches answered `Ambiguous`, settled by the reload under way.
+    pub reloads: Vec<Txn>,
+}
+
+/// Admission: executions waiting for a slot under their workflow's cap,
+/// and those holding one.
+#[derive(Default)]
+pub(super) struct Admission {
+    /// (created at, execution) waiting for a slot, oldest first.
+    pub pending: BTreeSet<(Millis, String)>,
+    /// Execution → the workflow whose slot it holds.
+    pub active: BTreeMap<String, String>,
+    /// A slot was freed or a write failed: try to admit at the next tick.
+    pub needed: bool,
+}
