@@ -5,55 +5,34 @@
 //! hold their connection past the deadlines.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod process_support;
+
+use process_support::{free_addr, Log, ServerProcess};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Process {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(dir: &std::path::Path) -> Process {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
+/// `orbit server` with a small connection cap and short header and body
+/// deadlines, answering.
+fn spawn(dir: &std::path::Path) -> ServerProcess {
+    let db = format!("sqlite://{}", dir.join("o.db").display());
+    let mut server = ServerProcess::spawn_with(
+        free_addr(),
+        &[
             "--db",
-            &format!("sqlite://{}", dir.join("o.db").display()),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
+            &db,
             "--max-connections",
             "32",
             "--header-timeout",
             "1s",
             "--body-timeout",
             "2s",
-        ])
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let process = Process { child, port };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while get_healthz(port, Duration::from_secs(2)).is_none() {
-        assert!(Instant::now() < deadline, "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    process
+        ],
+        Log::Discard,
+        &[("RUST_LOG", "error")],
+    );
+    server.wait_for_blocking("/healthz");
+    server
 }
 
 /// `GET /healthz` on a fresh connection; the time it took, or `None`.
@@ -94,12 +73,12 @@ fn idle_connections_beyond_the_cap_do_not_stall_the_server() {
     let server = spawn(dir.path());
     // Four times the cap, all silent.
     let idle: Vec<TcpStream> = (0..128)
-        .map(|_| TcpStream::connect(("127.0.0.1", server.port)).unwrap())
+        .map(|_| TcpStream::connect(("127.0.0.1", server.addr.port())).unwrap())
         .collect();
     // The silent ones are dropped after the 1 s header deadline, batch by
     // batch, so a real request gets through within a few seconds instead of
     // never.
-    let took = get_healthz(server.port, Duration::from_secs(15))
+    let took = get_healthz(server.addr.port(), Duration::from_secs(15))
         .expect("a request behind 128 idle connections must be answered");
     assert!(took < Duration::from_secs(10), "took {took:?}");
     // The first idle connections were closed by the server.
@@ -112,10 +91,10 @@ fn a_few_idle_connections_cost_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let server = spawn(dir.path());
     let _idle: Vec<TcpStream> = (0..16)
-        .map(|_| TcpStream::connect(("127.0.0.1", server.port)).unwrap())
+        .map(|_| TcpStream::connect(("127.0.0.1", server.addr.port())).unwrap())
         .collect();
     for _ in 0..5 {
-        let took = get_healthz(server.port, Duration::from_secs(5)).unwrap();
+        let took = get_healthz(server.addr.port(), Duration::from_secs(5)).unwrap();
         assert!(took < Duration::from_millis(500), "took {took:?}");
     }
 }
@@ -124,7 +103,7 @@ fn a_few_idle_connections_cost_nothing() {
 fn trickled_headers_are_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let server = spawn(dir.path());
-    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", server.addr.port())).unwrap();
     let request =
         b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     let started = Instant::now();
@@ -136,7 +115,7 @@ fn trickled_headers_are_cut_off() {
         }
         // Others are served meanwhile.
         if started.elapsed() < Duration::from_millis(600) {
-            let took = get_healthz(server.port, Duration::from_secs(5)).unwrap();
+            let took = get_healthz(server.addr.port(), Duration::from_secs(5)).unwrap();
             assert!(took < Duration::from_millis(500), "took {took:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -159,7 +138,7 @@ fn trickled_headers_are_cut_off() {
 fn trickled_body_is_refused_with_a_4xx() {
     let dir = tempfile::tempdir().unwrap();
     let server = spawn(dir.path());
-    let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", server.addr.port())).unwrap();
     s.write_all(
         b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{",
     )
@@ -172,7 +151,7 @@ fn trickled_body_is_refused_with_a_4xx() {
         if s.write_all(b" ").is_err() {
             break;
         }
-        let took = get_healthz(server.port, Duration::from_secs(5)).unwrap();
+        let took = get_healthz(server.addr.port(), Duration::from_secs(5)).unwrap();
         assert!(took < Duration::from_millis(500), "took {took:?}");
         let mut buf = [0u8; 1024];
         match s.read(&mut buf) {

@@ -10,14 +10,14 @@
 
 #[path = "../../io-tokio/tests/postgres_support/mod.rs"]
 mod postgres_support;
+mod process_support;
 
 use orbit_sdk::{Client, SourceFile, StartOptions};
 use postgres_support::ScratchDatabase;
+use process_support::{Log, ServerProcess, ORBIT};
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-const ORBIT: &str = env!("CARGO_BIN_EXE_orbit");
 
 const PLAIN: &str = r#"
 task "demo.work" version "1.0.0" {
@@ -76,49 +76,20 @@ fn node_flags_need_cluster() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// A server process, SIGKILLed when dropped.
-struct Node {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-fn spawn(db: &str, id: &str) -> Node {
-    let port = free_port();
-    let child = Command::new(ORBIT)
-        .args([
-            "server",
+/// A `--cluster` node on `db` named `id` (3 s node timeout), not yet ready.
+fn spawn(db: &str, id: &str) -> ServerProcess {
+    ServerProcess::spawn(
+        &[
             "--cluster",
             "--db",
             db,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
             "--node-id",
             id,
             "--node-timeout",
             "3s",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    Node {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    }
+        ],
+        Log::Inherit,
+    )
 }
 
 async fn get(url: &str) -> (u16, String) {
@@ -139,7 +110,7 @@ async fn json(method: reqwest::Method, url: &str) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-async fn wait_ready(node: &Node) {
+async fn wait_ready(node: &ServerProcess) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&format!("{}/readyz", node.url)).await.0 != 200 {
         assert!(Instant::now() < deadline, "{} never led", node.url);
@@ -147,7 +118,7 @@ async fn wait_ready(node: &Node) {
     }
 }
 
-async fn wait_up(node: &Node) {
+async fn wait_up(node: &ServerProcess) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while get(&format!("{}/healthz", node.url)).await.0 != 200 {
         assert!(Instant::now() < deadline, "{} never came up", node.url);
@@ -275,11 +246,7 @@ async fn a_standby_names_the_leader_and_clients_follow_it() {
     // SIGTERM: the leader releases its lease, the standby takes over well
     // before the lease would have run out, and recovers what was started.
     let stopped = Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &leader.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    leader.terminate();
     wait_ready(&standby).await;
     assert!(
         stopped.elapsed() < Duration::from_secs(3),

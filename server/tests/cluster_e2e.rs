@@ -14,13 +14,15 @@
 
 #[path = "../../io-tokio/tests/postgres_support/mod.rs"]
 mod postgres_support;
+mod process_support;
 
 use orbit_sdk::{Client, SourceFile, StartOptions, TaskError, Worker};
 use postgres_support::ScratchDatabase;
+use process_support::{free_addr, Log, ServerProcess};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -58,89 +60,55 @@ workflow ClusterOrder version "1.0.0" {
 }
 "#;
 
-/// One `orbit server --cluster` process; SIGKILLed when dropped.
+/// One `orbit server --cluster` process, restarted on the same port and
+/// log; SIGKILLed when dropped.
 struct Node {
     name: String,
-    port: u16,
+    addr: SocketAddr,
     log: PathBuf,
-    child: Option<Child>,
+    process: Option<ServerProcess>,
 }
 
 impl Node {
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.addr)
     }
 
     fn start(&mut self, db: &str) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-            .args([
-                "server",
+        self.process = Some(ServerProcess::spawn_with(
+            self.addr,
+            &[
                 "--cluster",
                 "--db",
                 db,
-                "--listen",
-                &format!("127.0.0.1:{}", self.port),
                 "--node-id",
                 &self.name,
                 "--node-timeout",
                 "2s",
                 "--session-timeout",
                 "3",
-            ])
-            .env("RUST_LOG", "warn,orbit_server::cluster=info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn orbit server --cluster");
-        self.child = Some(child);
-    }
-
-    fn pid(&self) -> String {
-        self.child.as_ref().unwrap().id().to_string()
+            ],
+            Log::File(&self.log),
+            &[
+                ("RUST_LOG", "warn,orbit_server::cluster=info"),
+                ("NO_COLOR", "1"),
+            ],
+        ));
     }
 
     fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(mut p) = self.process.take() {
+            p.kill();
         }
     }
 
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.pid()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {sig} {}", self.name);
+    fn process(&mut self) -> &mut ServerProcess {
+        self.process.as_mut().expect("the node is running")
     }
 
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Some(c) = &self.child {
-            // A stopped process must be continued to die promptly.
-            let _ = Command::new("kill")
-                .args(["-CONT", &c.id().to_string()])
-                .status();
-        }
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
 
 /// `GET /readyz` of one node: its status and the role its body names.
@@ -168,7 +136,7 @@ async fn wait_for_leader(http: &reqwest::Client, nodes: &[Node], not: Option<usi
     loop {
         let mut leaders = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
-            if Some(i) == not || n.child.is_none() {
+            if Some(i) == not || n.process.is_none() {
                 continue;
             }
             if let Some((200, role)) = readiness(http, &n.url()).await {
@@ -235,9 +203,9 @@ fn log_dir() -> tempfile::TempDir {
 fn node(dir: &Path, i: usize) -> Node {
     Node {
         name: format!("node-{i}"),
-        port: free_port(),
+        addr: free_addr(),
         log: dir.join(format!("node-{i}.log")),
-        child: None,
+        process: None,
     }
 }
 
@@ -353,10 +321,10 @@ async fn three_servers_survive_kills_and_a_paused_leader_with_every_order_charge
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let paused = leader;
-    nodes[paused].signal("-STOP");
+    nodes[paused].process().pause();
     tokio::time::sleep(NODE_TIMEOUT * 2).await;
     let next = wait_for_leader(&http, &nodes, Some(paused)).await;
-    nodes[paused].signal("-CONT");
+    nodes[paused].process().resume();
     eprintln!(
         "SIGSTOP {} for {:?} -> {} leads",
         nodes[paused].name,

@@ -5,8 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{json, Value};
+mod process_support;
+
+use process_support::{free_port, Log, ServerProcess};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHARGE: &str = r#"
@@ -28,55 +30,17 @@ workflow Charge version "1.0.0" {
 }
 "#;
 
-/// A server process; killed with SIGKILL when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-async fn start(db: &Path, port: u16, session_timeout: &str) -> Server {
-    let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
-            "--db",
-            &format!("sqlite://{}", db.display()),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--session-timeout",
-            session_timeout,
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn orbit server");
-    let server = Server {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client.get(format!("{}/readyz", server.base)).send().await {
-            if r.status().is_success() {
-                return server;
-            }
-        }
-        assert!(Instant::now() < deadline, "server did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// `orbit server` on the SQLite file `db` at `port`, ready.
+async fn start(db: &Path, port: u16, session_timeout: &str) -> ServerProcess {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let url = format!("sqlite://{}", db.display());
+    ServerProcess::spawn_at(
+        addr,
+        &["--db", &url, "--session-timeout", session_timeout],
+        Log::Inherit,
+    )
+    .ready()
+    .await
 }
 
 async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
@@ -150,7 +114,7 @@ async fn test_z_crash_recovery_sigkill_mid_charge_records_one_success() {
     let db = dir.path().join("orbit.db");
     let port = free_port();
     let server = start(&db, port, "30").await;
-    let task = charge_in_flight(&server.base, "order-1").await;
+    let task = charge_in_flight(&server.url, "order-1").await;
     let token = task["token"].as_str().unwrap().to_owned();
 
     // The worker is charging; the server dies without any chance to clean up.
@@ -158,14 +122,14 @@ async fn test_z_crash_recovery_sigkill_mid_charge_records_one_success() {
 
     let server = start(&db, port, "30").await;
     // The dispatch was committed before the task left: it survived.
-    let types = history_types(&server.base, "order-1").await;
+    let types = history_types(&server.url, "order-1").await;
     assert!(types.contains(&"StepDispatched".to_owned()), "{types:?}");
-    let (_, e) = get(&server.base, "/v1/executions/order-1").await;
+    let (_, e) = get(&server.url, "/v1/executions/order-1").await;
     assert_eq!(e["status"], "running", "{e}");
 
     // The worker reports with its old token; it is accepted across the restart.
     let (status, body) = post(
-        &server.base,
+        &server.url,
         &format!("/v1/tasks/{token}/result"),
         json!({"output": {"transaction_id": "tx-1"}}),
     )
@@ -174,7 +138,7 @@ async fn test_z_crash_recovery_sigkill_mid_charge_records_one_success() {
     assert_eq!(body, json!({"accepted": true}));
 
     let (status, e) = post(
-        &server.base,
+        &server.url,
         "/v1/executions/order-1/wait?timeout_ms=10000",
         json!(null),
     )
@@ -182,7 +146,7 @@ async fn test_z_crash_recovery_sigkill_mid_charge_records_one_success() {
     assert_eq!(status, 200);
     assert_eq!(e["status"], "completed", "{e}");
     assert_eq!(e["output"], json!({"transaction_id": "tx-1"}));
-    let types = history_types(&server.base, "order-1").await;
+    let types = history_types(&server.url, "order-1").await;
     assert_eq!(
         types.iter().filter(|t| *t == "StepSucceeded").count(),
         1,
@@ -196,7 +160,7 @@ async fn test_z_crash_recovery_sigkill_mid_charge_records_one_success() {
 
     // A repeat of the same result after completion changes nothing.
     let (_, again) = post(
-        &server.base,
+        &server.url,
         &format!("/v1/tasks/{token}/result"),
         json!({"output": {"transaction_id": "tx-1"}}),
     )
@@ -210,13 +174,13 @@ async fn unreported_dispatch_is_redelivered_after_restart_and_one_session_timeou
     let db = dir.path().join("orbit.db");
     let port = free_port();
     let server = start(&db, port, "1s").await;
-    let task = charge_in_flight(&server.base, "order-2").await;
+    let task = charge_in_flight(&server.url, "order-2").await;
     drop(server);
 
     // The worker never comes back; a new one registers after the restart.
     let server = start(&db, port, "1s").await;
     let (_, reg) = post(
-        &server.base,
+        &server.url,
         "/v1/workers",
         json!({"worker_id": "payments-2", "task_patterns": ["payments.*"]}),
     )
@@ -225,7 +189,7 @@ async fn unreported_dispatch_is_redelivered_after_restart_and_one_session_timeou
     let deadline = Instant::now() + Duration::from_secs(15);
     let redelivered = loop {
         let (status, polled) = post(
-            &server.base,
+            &server.url,
             &format!("/v1/workers/{session}/poll"),
             json!({"max_tasks": 1, "wait_ms": 500}),
         )
@@ -241,7 +205,7 @@ async fn unreported_dispatch_is_redelivered_after_restart_and_one_session_timeou
     assert_eq!(redelivered["idempotency_key"], task["idempotency_key"]);
     assert_ne!(redelivered["token"], task["token"]);
     let (_, body) = post(
-        &server.base,
+        &server.url,
         &format!(
             "/v1/tasks/{}/result",
             redelivered["token"].as_str().unwrap()
@@ -251,13 +215,13 @@ async fn unreported_dispatch_is_redelivered_after_restart_and_one_session_timeou
     .await;
     assert_eq!(body, json!({"accepted": true}));
     let (_, e) = post(
-        &server.base,
+        &server.url,
         "/v1/executions/order-2/wait?timeout_ms=10000",
         json!(null),
     )
     .await;
     assert_eq!(e["status"], "completed", "{e}");
-    let types = history_types(&server.base, "order-2").await;
+    let types = history_types(&server.url, "order-2").await;
     assert!(
         types.contains(&"StepAttemptUncertain".to_owned()),
         "{types:?}"
@@ -272,13 +236,13 @@ async fn sigterm_answers_parked_polls_and_exits_cleanly() {
     let port = free_port();
     let mut server = start(&db, port, "30").await;
     let (_, reg) = post(
-        &server.base,
+        &server.url,
         "/v1/workers",
         json!({"worker_id": "idle", "task_patterns": ["*"]}),
     )
     .await;
     let session = reg["session_id"].as_str().unwrap().to_owned();
-    let base = server.base.clone();
+    let base = server.url.clone();
     let parked = tokio::spawn(async move {
         reqwest::Client::new()
             .post(format!("{base}/v1/workers/{session}/poll"))
@@ -289,13 +253,9 @@ async fn sigterm_answers_parked_polls_and_exits_cleanly() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    server.terminate();
     let exit = loop {
-        if let Some(code) = server.child.try_wait().unwrap() {
+        if let Some(code) = server.try_wait() {
             break code;
         }
         assert!(
@@ -442,7 +402,7 @@ async fn soak_with_five_sigkills_completes_every_execution_once() {
     let db = dir.path().join("orbit.db");
     let port = free_port();
     let mut server = start(&db, port, "2s").await;
-    let base = server.base.clone();
+    let base = server.url.clone();
     let (status, body) = post(
         &base,
         "/v1/definitions",
@@ -571,7 +531,7 @@ async fn silent_worker_is_redelivered_and_its_late_success_counts() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("orbit.db");
     let server = start(&db, free_port(), "5").await;
-    let base = server.base.clone();
+    let base = server.url.clone();
     let (status, body) = post(
         &base,
         "/v1/definitions",

@@ -12,11 +12,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::any;
 use axum::Router;
-use cli_support::{free_addr, orbit, without_offset};
+use cli_support::process_support::{free_addr, Log, ServerProcess};
+use cli_support::{orbit, without_offset};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -135,59 +135,26 @@ async fn start_target() -> (String, Seen) {
     (format!("http://{addr}"), seen)
 }
 
-/// An `orbit server` process on a given SQLite file; SIGKILLed on drop.
-struct Server {
-    child: Child,
-    url: String,
+/// `orbit server` on the SQLite file `db`, `orbit.http` allowed to reach
+/// `allow`, ready.
+async fn start_server(db: &Path, allow: &str) -> ServerProcess {
+    start_server_with(db, allow, &[], Log::Inherit).await
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_server(db: &Path, allow: &str) -> Server {
-    start_server_with(db, allow, &[], Stdio::inherit()).await
-}
-
-async fn start_server_with(db: &Path, allow: &str, extra: &[&str], stderr: Stdio) -> Server {
-    let addr = free_addr();
-    let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
-            "--db",
-            &format!("sqlite://{}", db.display()),
-            "--listen",
-            &addr.to_string(),
-            "--session-timeout",
-            "2",
-            "--http-allow",
-            allow,
-        ])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("spawn orbit server");
-    let server = Server {
-        child,
-        url: format!("http://{addr}"),
-    };
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = client.get(format!("{}/readyz", server.url)).send().await {
-            if r.status().is_success() {
-                return server;
-            }
-        }
-        assert!(Instant::now() < deadline, "server did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn start_server_with(db: &Path, allow: &str, extra: &[&str], log: Log<'_>) -> ServerProcess {
+    let url = format!("sqlite://{}", db.display());
+    let mut args = vec![
+        "--db",
+        url.as_str(),
+        "--session-timeout",
+        "2",
+        "--http-allow",
+        allow,
+    ];
+    args.extend_from_slice(extra);
+    ServerProcess::spawn_with(free_addr(), &args, log, &[("RUST_LOG", "info")])
+        .ready()
+        .await
 }
 
 async fn cli(server: &str, args: &[&str]) -> cli_support::Run {
@@ -201,14 +168,14 @@ async fn cli(server: &str, args: &[&str]) -> cli_support::Run {
     .unwrap()
 }
 
-async fn deploy(server: &Server, dir: &Path) {
+async fn deploy(server: &ServerProcess, dir: &Path) {
     let file = dir.join("calls.orbit");
     std::fs::write(&file, CALLS).unwrap();
     let r = cli(&server.url, &["deploy", file.to_str().unwrap()]).await;
     assert_eq!(r.code, 0, "{r:?}");
 }
 
-async fn run(server: &Server, workflow: &str, id: &str, base: &str) {
+async fn run(server: &ServerProcess, workflow: &str, id: &str, base: &str) {
     let input = json!({ "base": base }).to_string();
     let r = cli(
         &server.url,
@@ -218,7 +185,7 @@ async fn run(server: &Server, workflow: &str, id: &str, base: &str) {
     assert_eq!(r.code, 0, "{r:?}");
 }
 
-async fn wait(server: &Server, id: &str) -> Value {
+async fn wait(server: &ServerProcess, id: &str) -> Value {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -244,7 +211,7 @@ async fn wait(server: &Server, id: &str) -> Value {
 }
 
 /// `orbit logs ID` without offsets.
-async fn logs(server: &Server, id: &str) -> Vec<String> {
+async fn logs(server: &ServerProcess, id: &str) -> Vec<String> {
     let r = cli(&server.url, &["logs", id]).await;
     assert_eq!(r.code, 0, "{r:?}");
     r.stdout
@@ -368,12 +335,11 @@ async fn json_logs_name_the_execution() {
     let (base, _seen) = start_target().await;
     let allow = base.trim_start_matches("http://").to_string();
     let log_path = dir.path().join("server.log");
-    let log = std::fs::File::create(&log_path).unwrap();
     let server = start_server_with(
         &dir.path().join("orbit.db"),
         &allow,
         &["--log-format", "json"],
-        Stdio::from(log),
+        Log::File(&log_path),
     )
     .await;
     deploy(&server, dir.path()).await;

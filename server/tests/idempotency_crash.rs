@@ -11,10 +11,11 @@
 
 #[path = "../../io-tokio/tests/postgres_support/mod.rs"]
 mod postgres_support;
+mod process_support;
 
+use process_support::{Log, ServerProcess};
 use serde_json::{json, Value};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SOURCE: &str = r#"
 task "demo.work" version "1.0.0" {
@@ -34,61 +35,11 @@ workflow Plain version "1.0.0" {
 }
 "#;
 
-/// A server process; SIGKILLed when dropped.
-struct Process {
-    child: Child,
-    base: String,
-}
-
-impl Process {
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-async fn spawn(db: &str) -> Process {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
-            "--db",
-            db,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn orbit server");
-    let process = Process {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = reqwest::get(format!("{}/readyz", process.base)).await {
-            if r.status().is_success() {
-                return process;
-            }
-        }
-        assert!(Instant::now() < deadline, "server did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// `orbit server` on `db`, ready.
+async fn spawn(db: &str) -> ServerProcess {
+    ServerProcess::spawn(&["--db", db], Log::Inherit)
+        .ready()
+        .await
 }
 
 struct Answer {
@@ -131,9 +82,9 @@ async fn executions(base: &str) -> Vec<Value> {
 }
 
 async fn replay_after_kill(db: &str) {
-    let server = spawn(db).await;
+    let mut server = spawn(db).await;
     let r = reqwest::Client::new()
-        .post(format!("{}/v1/definitions", server.base))
+        .post(format!("{}/v1/definitions", server.url))
         .json(&json!({"source": SOURCE, "filename": "plain.orbit"}))
         .send()
         .await
@@ -141,21 +92,21 @@ async fn replay_after_kill(db: &str) {
     assert_eq!(r.status(), 200);
 
     // Answered, then killed before the client could do anything else.
-    let first = start(&server.base, "crash-key-1", 7).await.unwrap();
+    let first = start(&server.url, "crash-key-1", 7).await.unwrap();
     server.kill();
     assert_eq!(first.status, 201, "{}", first.json);
     assert!(!first.replayed);
 
     let server = spawn(db).await;
-    let again = start(&server.base, "crash-key-1", 7).await.unwrap();
+    let again = start(&server.url, "crash-key-1", 7).await.unwrap();
     assert_eq!(again.status, 201, "{}", again.json);
     assert!(again.replayed, "the retry after restart must replay");
     assert_eq!(again.bytes, first.bytes);
     assert_eq!(again.json["execution_id"], first.json["execution_id"]);
-    let all = executions(&server.base).await;
+    let all = executions(&server.url).await;
     assert_eq!(all.len(), 1, "{all:?}");
     // A different body under the same key is still refused after restart.
-    let other = start(&server.base, "crash-key-1", 8).await.unwrap();
+    let other = start(&server.url, "crash-key-1", 8).await.unwrap();
     assert_eq!(other.status, 409);
     assert_eq!(other.json["error"]["code"], "IDEMPOTENCY_KEY_REUSED");
 
@@ -164,7 +115,7 @@ async fn replay_after_kill(db: &str) {
     let mut server = server;
     let rounds = 6;
     for round in 0..rounds {
-        let base = server.base.clone();
+        let base = server.url.clone();
         let mut pending = Vec::new();
         for i in 0..4 {
             let key = format!("inflight-{round}-{i}");
@@ -180,14 +131,14 @@ async fn replay_after_kill(db: &str) {
         server = spawn(db).await;
         for i in 0..4 {
             let key = format!("inflight-{round}-{i}");
-            let a = start(&server.base, &key, i).await.unwrap();
+            let a = start(&server.url, &key, i).await.unwrap();
             assert_eq!(a.status, 201, "{key}: {}", a.json);
-            let b = start(&server.base, &key, i).await.unwrap();
+            let b = start(&server.url, &key, i).await.unwrap();
             assert!(b.replayed, "{key}");
             assert_eq!(b.bytes, a.bytes, "{key}");
         }
     }
-    let all = executions(&server.base).await;
+    let all = executions(&server.url).await;
     assert_eq!(all.len(), 1 + 4 * rounds as usize, "one execution per key");
 }
 

@@ -14,7 +14,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::Router;
-use cli_support::{free_addr, orbit, Server};
+use cli_support::process_support::{Log, ServerProcess};
+use cli_support::{orbit, Server};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
@@ -24,7 +25,6 @@ use orbit_sdk::{Client, SourceFile, StartOptions, Status, Task, Worker};
 use prost::Message;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -98,37 +98,23 @@ async fn one_execution_is_one_trace_of_its_steps() {
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let dir = tempfile::tempdir().unwrap();
-    let addr = free_addr();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
+    let db = format!("sqlite://{}/orbit.db", dir.path().display());
+    let allow = target.to_string();
+    let endpoint = format!("http://{target}");
+    let server = ServerProcess::spawn(
+        &[
             "--db",
-            &format!("sqlite://{}/orbit.db", dir.path().display()),
-            "--listen",
-            &addr.to_string(),
+            &db,
             "--http-allow",
-            &target.to_string(),
+            &allow,
             "--otlp-endpoint",
-            &format!("http://{target}"),
-        ])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let url = format!("http://{addr}");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !client
-        .get(format!("{url}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(Instant::now() < deadline, "server not ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            &endpoint,
+        ],
+        Log::Inherit,
+    )
+    .ready()
+    .await;
+    let url = server.url.clone();
     let file = dir.path().join("flow.orbit");
     std::fs::write(&file, FLOW).unwrap();
     let (u, f) = (url.clone(), file.display().to_string());
@@ -158,8 +144,7 @@ async fn one_execution_is_one_trace_of_its_steps() {
         assert!(Instant::now() < deadline, "no execution span; got {got:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
 
     let root = all.iter().find(|s| s.name == "execution Traced").unwrap();
     assert!(root.parent_span_id.is_empty());

@@ -11,66 +11,25 @@
 
 #[path = "../../io-tokio/tests/postgres_support/mod.rs"]
 mod postgres_support;
+mod process_support;
 
 use orbit_io_tokio::driver::{Driver, Options};
 use orbit_io_tokio::storage::{PostgresOptions, PostgresStore};
 use orbit_server::api::{app, AppState};
 use orbit_server::bench::{self, workload};
 use postgres_support::ScratchDatabase;
+use process_support::{free_port, Log, ServerProcess};
 use serde_json::{json, Value};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A server process; killed with SIGKILL when dropped.
-struct Process {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-async fn spawn_server(db: &str, port: u16) -> Process {
-    let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
-            "--db",
-            db,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--session-timeout",
-            "2",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn orbit server");
-    let process = Process {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(r) = reqwest::get(format!("{}/readyz", process.base)).await {
-            if r.status().is_success() {
-                return process;
-            }
-        }
-        assert!(Instant::now() < deadline, "server did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// `orbit server` on `db` at `port` (2 s session timeout), ready.
+async fn spawn_server(db: &str, port: u16) -> ServerProcess {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    ServerProcess::spawn_at(addr, &["--db", db, "--session-timeout", "2"], Log::Inherit)
+        .ready()
+        .await
 }
 
 async fn send(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
@@ -157,7 +116,7 @@ async fn orbit_server_on_postgres_runs_the_bench_and_survives_sigkill() {
 
     // A whole benchmark through the real binary's API.
     let config = bench::Config {
-        server: Some(server.base.clone()),
+        server: Some(server.url.clone()),
         executions: 60,
         concurrency: 12,
         steps: 3,
@@ -170,7 +129,7 @@ async fn orbit_server_on_postgres_runs_the_bench_and_survives_sigkill() {
     assert!(report.steps_per_s > 0.0);
 
     // Executions in flight, one step taken by a worker, then SIGKILL.
-    let base = server.base.clone();
+    let base = server.url.clone();
     let ids: Vec<String> = (0..5).map(|i| format!("kill-{i}")).collect();
     for id in &ids {
         let (status, body) = post(
@@ -196,7 +155,7 @@ async fn orbit_server_on_postgres_runs_the_bench_and_survives_sigkill() {
     drop(server);
 
     let server = spawn_server(db.url(), port).await;
-    let base = server.base.clone();
+    let base = server.url.clone();
     // A result is addressed by token: the old ones are still good.
     for task in unacked {
         let token = task["token"].as_str().unwrap();

@@ -8,32 +8,20 @@
 
 mod cli_support;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cli_support::{free_addr, PLAIN};
+use cli_support::process_support::{free_addr, Log, ServerProcess};
+use cli_support::PLAIN;
 use orbit_sdk::{Backoff, Client, SourceFile, StartOptions, Status, Task, Worker};
 use serde_json::json;
+use std::net::SocketAddr;
 use tokio::sync::Notify;
 
-fn spawn_server(db: &str, listen: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
-            "--db",
-            db,
-            "--listen",
-            listen,
-            "--session-timeout",
-            "2",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+/// `orbit server` on `db` at `addr` (2 s session timeout), not yet ready.
+fn spawn_server(db: &str, addr: SocketAddr) -> ServerProcess {
+    ServerProcess::spawn_at(addr, &["--db", db, "--session-timeout", "2"], Log::Discard)
 }
 
 async fn ready(client: &Client) {
@@ -50,9 +38,9 @@ async fn ready(client: &Client) {
 async fn a_worker_rides_out_a_server_crash() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}/orbit.db", dir.path().display());
-    let addr = free_addr().to_string();
+    let addr = free_addr();
     let url = format!("http://{addr}");
-    let mut server = spawn_server(&db, &addr);
+    let mut server = spawn_server(&db, addr);
     let client = Client::connect(&url).unwrap();
     ready(&client).await;
     client
@@ -106,11 +94,10 @@ async fn a_worker_rides_out_a_server_crash() {
 
     // SIGKILL the server while the task runs, finish the task while it is
     // down (the result cannot be delivered), then bring the server back.
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
     release.notify_one();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut server = spawn_server(&db, &addr);
+    let mut server = spawn_server(&db, addr);
     ready(&client).await;
 
     let mut execution = client.get("crash-1").await.unwrap();
@@ -136,6 +123,5 @@ async fn a_worker_rides_out_a_server_crash() {
 
     stop_tx.send(()).unwrap();
     running.await.unwrap().unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 }

@@ -10,12 +10,12 @@
 
 mod cli_support;
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cli_support::{free_addr, orbit, without_offset, PLAIN};
+use cli_support::process_support::{Log, ServerProcess};
+use cli_support::{orbit, without_offset, PLAIN};
 use orbit_sdk::{
     Client, HttpRequest, Method, ReqwestTransport, SourceFile, StartOptions, Status, Task,
     Transport, Worker,
@@ -44,23 +44,8 @@ impl Drop for DropFlag {
 async fn the_seed_redelivery_story() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}/orbit.db", dir.path().display());
-    let addr = free_addr().to_string();
-    let url = format!("http://{addr}");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_orbit"))
-        .args([
-            "server",
-            "--db",
-            &db,
-            "--listen",
-            &addr,
-            "--session-timeout",
-            "5",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut server = ServerProcess::spawn(&["--db", &db, "--session-timeout", "5"], Log::Discard);
+    let url = server.url.clone();
     let client = Client::connect(&url).unwrap();
     for _ in 0..400 {
         if client.list(&Default::default()).await.is_ok() {
@@ -203,6 +188,5 @@ async fn the_seed_redelivery_story() {
 
     stop_tx.send(()).unwrap();
     running.await.unwrap().unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.kill();
 }

@@ -1,12 +1,15 @@
 //! Helpers for CLI tests: run the real `orbit` binary, and start a real
 //! `orbit server` on a free port with a temporary SQLite file.
 
-#![allow(clippy::unwrap_used, dead_code)]
+#![allow(clippy::unwrap_used, dead_code, unused_imports)]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "../process_support/mod.rs"]
+pub mod process_support;
+
+pub use process_support::free_addr;
+use process_support::{Log, ServerProcess};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 
 /// What a finished `orbit` invocation printed.
 #[derive(Debug)]
@@ -32,17 +35,11 @@ pub fn orbit(server: &str, args: &[&str]) -> Run {
     }
 }
 
-/// A free loopback port (bound, then released).
-pub fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
-/// A running `orbit server`, killed on drop.
+/// A running `orbit server` on a temporary SQLite file, killed on drop.
 pub struct Server {
     pub url: String,
     pub addr: SocketAddr,
-    child: Child,
+    process: ServerProcess,
     pub dir: tempfile::TempDir,
 }
 
@@ -50,43 +47,17 @@ impl Server {
     /// Starts `orbit server` with `extra` flags and waits until it answers.
     pub fn start(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let addr = free_addr();
         let db = format!("sqlite://{}/orbit.db", dir.path().display());
-        let listen = addr.to_string();
-        let mut args = vec!["server", "--db", db.as_str(), "--listen", listen.as_str()];
+        let mut args = vec!["--db", db.as_str()];
         args.extend_from_slice(extra);
-        let child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Server {
-            url: format!("http://{addr}"),
-            addr,
-            child,
+        let mut process = ServerProcess::spawn(&args, Log::Discard);
+        process.wait_for_blocking("/readyz");
+        Server {
+            url: process.url.clone(),
+            addr: process.addr,
+            process,
             dir,
-        };
-        server.wait_ready();
-        server
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(mut s) = TcpStream::connect(self.addr) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.write_all(b"GET /readyz HTTP/1.0\r\nHost: x\r\n\r\n");
-                let mut text = String::new();
-                let _ = s.read_to_string(&mut text);
-                if text.starts_with("HTTP/1.0 200") || text.starts_with("HTTP/1.1 200") {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("orbit server did not become ready on {}", self.addr);
     }
 
     /// Writes `source` to a file in the server's temp dir and returns its path.
@@ -94,13 +65,6 @@ impl Server {
         let path = self.dir.path().join(name);
         std::fs::write(&path, source).unwrap();
         path.display().to_string()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
