@@ -312,6 +312,40 @@ fn an_ambiguous_deploy_is_written_again_before_its_key_replays() {
     }
 }
 
+/// A hand-out whose commit comes back `Ambiguous` after another writer —
+/// a new leader after a takeover — wrote a different event at the same
+/// seq. (Found by the cluster simulation, seed 0x134371ab6: a deposed
+/// leader resumed from a pause, its `StepDispatched` write was refused and
+/// answered ambiguous, and the reload found the new leader's `StepFailed`
+/// at that seq; judged by the seq count alone, the task was handed out
+/// with nothing durable behind it.) The poll is answered only when the
+/// reload finds this batch's own event there.
+#[test]
+fn an_ambiguous_hand_out_is_not_answered_from_another_writers_event() {
+    let mut w = world();
+    w.start("Plain", "h-1", json!({"n": 1}));
+    let s = w.register("w-1", &["demo.*"]);
+    w.at(10);
+    w.mode = Mode::Hold;
+    let poll = w.send(Request::Poll {
+        session_id: s,
+        max_tasks: Some(1),
+        wait_ms: 0,
+        held: vec![],
+    });
+    let mut theirs = w.store.histories["h-1"].last().unwrap().clone();
+    theirs.seq += 1;
+    theirs.kind = orbit_core::history::EventKind::SignalReceived {
+        name: "theirs".into(),
+        payload: json!({}),
+    };
+    w.store.histories.get_mut("h-1").unwrap().push(theirs);
+    w.mode = Mode::Ok;
+    w.release(Mode::AmbiguousLost);
+    let r = w.replies.remove(&poll).unwrap();
+    assert_eq!(r.error_code(), Some("STORAGE_ERROR"), "{:?}", r.body);
+}
+
 /// Another writer moved an execution on while our batch for it was in
 /// flight: the `Conflict` names it stale. A signal that waited behind that
 /// batch runs only after the reload, on what the store really holds, and

@@ -85,3 +85,14 @@ fn issue_11_failed_admission_write_swarm_seed() {
 fn a_late_delivery_is_judged_against_its_own_scheduling() {
     passes(0x6ad414, Scenario::Swarm);
 }
+
+/// Cluster (engine, found by exploring fresh seeds): a leader deposed while
+/// paused resumed and wrote a `StepDispatched`; the write was refused by the
+/// fence and answered `Ambiguous`, and the reload found the new leader's
+/// `StepFailed` at that very seq. The engine judged "our write landed" by
+/// the seq count alone and handed the task out with nothing durable behind
+/// it (invariant 2). It now requires its own event at that seq.
+#[test]
+fn cluster_ambiguous_hand_out_after_a_takeover() {
+    passes(0x134371ab6, Scenario::ClusterLeader);
+}

@@ -490,11 +490,22 @@ impl Engine {
                 self.writes.reloads.push(txn);
                 continue;
             }
+            // Proved when the store holds *this batch's* event at the proof's
+            // seq: after a takeover, another writer may have written a
+            // different event there, and a seq count alone would take the
+            // new leader's history for ours.
             let stored = |engine: &Engine, proof: &Option<(String, u64)>| match proof {
-                Some((id, seq)) => engine
-                    .executions
-                    .get(id)
-                    .is_some_and(|e| e.proj.last_seq >= *seq),
+                Some((id, seq)) => {
+                    let ours = txn
+                        .drafts
+                        .get(id)
+                        .and_then(|d| d.events.iter().find(|e| e.seq == *seq));
+                    let theirs = engine.executions.get(id).and_then(|e| {
+                        let at = usize::try_from(seq.checked_sub(1)?).ok()?;
+                        e.events.get(at).filter(|ev| ev.seq == *seq)
+                    });
+                    ours.is_some() && ours == theirs
+                }
                 None => false,
             };
             for r in &txn.replies {
