@@ -305,6 +305,13 @@ impl World {
         self.cluster_ref().nodes[node].id.clone()
     }
 
+    /// Whether the node of server incarnation `inc` is cut off from the
+    /// database now (its writes and reads do not get through).
+    pub(super) fn db_cut(&self, inc: u64) -> bool {
+        self.cluster_term(inc)
+            .is_some_and(|(node, _)| self.now < self.cluster_ref().nodes[node].db_cut_until)
+    }
+
     /// The node and epoch a server incarnation writes with, in a cluster.
     pub(super) fn cluster_term(&self, inc: u64) -> Option<(usize, u64)> {
         self.cluster.as_ref()?.terms.get(&inc).copied()

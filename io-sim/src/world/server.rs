@@ -397,7 +397,12 @@ impl World {
             f.store_commit_ambiguous_probability,
         );
         let mut applied = false;
-        let result = if self.faults_on && self.rng.chance(fail_p) {
+        let result = if self.db_cut(inc) {
+            // Cut off from the database: the commit never gets through.
+            Err(StorageError::Unavailable(
+                "simulated: node cut off from the database".into(),
+            ))
+        } else if self.faults_on && self.rng.chance(fail_p) {
             self.stats.fault("commit_unavailable");
             Err(StorageError::Unavailable(
                 "simulated: database unreachable".into(),
@@ -503,10 +508,12 @@ impl World {
         if self.server().is_none_or(|s| s.inc != inc) {
             return;
         }
-        let failed = self.faults_on
-            && self
-                .rng
-                .chance(self.cfg.faults.store_commit_fail_probability);
+        // A node cut off from the database reads nothing either.
+        let failed = self.db_cut(inc)
+            || (self.faults_on
+                && self
+                    .rng
+                    .chance(self.cfg.faults.store_commit_fail_probability));
         let unavailable = || StorageError::Unavailable("simulated: database unreachable".into());
         if failed {
             self.stats.fault("load_unavailable");
