@@ -7,7 +7,7 @@
 mod engine_support;
 
 use engine_support::*;
-use orbit_core::engine::{IdempotencyScope, Start};
+use orbit_core::engine::{IdempotencyScope, RequestId, Start};
 use orbit_core::{Config, Request};
 use serde_json::json;
 
@@ -312,6 +312,31 @@ fn an_ambiguous_deploy_is_written_again_before_its_key_replays() {
     }
 }
 
+/// Starts `id`, and holds the commit of a poll that takes its first task.
+fn hold_a_hand_out(w: &mut World, id: &str) -> RequestId {
+    w.start("Plain", id, json!({"n": 1}));
+    let s = w.register("w-1", &["demo.*"]);
+    w.at(10);
+    w.mode = Mode::Hold;
+    w.send(Request::Poll {
+        session_id: s,
+        max_tasks: Some(1),
+        wait_ms: 0,
+        held: vec![],
+    })
+}
+
+/// Another writer (another node) appends a signal of its own to `id`.
+fn another_writer_appends(w: &mut World, id: &str) {
+    let mut theirs = w.store.histories[id].last().unwrap().clone();
+    theirs.seq += 1;
+    theirs.kind = orbit_core::history::EventKind::SignalReceived {
+        name: "theirs".into(),
+        payload: json!({}),
+    };
+    w.store.histories.get_mut(id).unwrap().push(theirs);
+}
+
 /// A hand-out whose commit comes back `Ambiguous` after another writer —
 /// a new leader after a takeover — wrote a different event at the same
 /// seq. (Found by the cluster simulation, seed 0x134371ab6: a deposed
@@ -323,23 +348,8 @@ fn an_ambiguous_deploy_is_written_again_before_its_key_replays() {
 #[test]
 fn an_ambiguous_hand_out_is_not_answered_from_another_writers_event() {
     let mut w = world();
-    w.start("Plain", "h-1", json!({"n": 1}));
-    let s = w.register("w-1", &["demo.*"]);
-    w.at(10);
-    w.mode = Mode::Hold;
-    let poll = w.send(Request::Poll {
-        session_id: s,
-        max_tasks: Some(1),
-        wait_ms: 0,
-        held: vec![],
-    });
-    let mut theirs = w.store.histories["h-1"].last().unwrap().clone();
-    theirs.seq += 1;
-    theirs.kind = orbit_core::history::EventKind::SignalReceived {
-        name: "theirs".into(),
-        payload: json!({}),
-    };
-    w.store.histories.get_mut("h-1").unwrap().push(theirs);
+    let poll = hold_a_hand_out(&mut w, "h-1");
+    another_writer_appends(&mut w, "h-1");
     w.mode = Mode::Ok;
     w.release(Mode::AmbiguousLost);
     let r = w.replies.remove(&poll).unwrap();
@@ -353,30 +363,14 @@ fn an_ambiguous_hand_out_is_not_answered_from_another_writers_event() {
 #[test]
 fn a_stale_conflict_holds_waiting_requests_until_the_reload() {
     let mut w = world();
-    w.start("Plain", "c-1", json!({"n": 1}));
-    let s = w.register("w-1", &["demo.*"]);
-    w.at(10);
-    w.mode = Mode::Hold;
-    let poll = w.send(Request::Poll {
-        session_id: s,
-        max_tasks: Some(1),
-        wait_ms: 0,
-        held: vec![],
-    });
+    let poll = hold_a_hand_out(&mut w, "c-1");
     let signal = w.send(Request::Signal {
         execution_id: "c-1".into(),
         name: "go".into(),
         payload: json!({}),
         idempotency: None,
     });
-    // Another node appended a signal of its own meanwhile.
-    let mut theirs = w.store.histories["c-1"].last().unwrap().clone();
-    theirs.seq += 1;
-    theirs.kind = orbit_core::history::EventKind::SignalReceived {
-        name: "theirs".into(),
-        payload: json!({}),
-    };
-    w.store.histories.get_mut("c-1").unwrap().push(theirs);
+    another_writer_appends(&mut w, "c-1");
     w.release(Mode::Ok);
     assert_eq!(
         w.replies.remove(&poll).unwrap().error_code(),

@@ -36,6 +36,19 @@ pub struct StoreFaults {
     pub until_ms: u64,
 }
 
+impl StoreFaults {
+    /// Failed and ambiguous commits each up to `max` of the time (rounded
+    /// to 0.1 %), until `until_ms`.
+    pub fn sample(rng: &mut ChaCha8Rng, max: f64, until_ms: u64) -> StoreFaults {
+        let mut draw = || (rng.random_range(0.0..max) * 1000.0).round() / 1000.0;
+        StoreFaults {
+            fail_probability: draw(),
+            ambiguous_probability: draw(),
+            until_ms,
+        }
+    }
+}
+
 /// One server host's connection to the database: up, or cut by the
 /// schedule.
 #[derive(Debug, Default)]

@@ -159,11 +159,7 @@ impl NetConfig {
         let executions = rng.random_range(3..=8);
         let max_latency_ms = rng.random_range(1..=50);
         // Drawn last, so that the draws above stay what they were.
-        let store_faults = StoreFaults {
-            fail_probability: (rng.random_range(0.0..0.08f64) * 1000.0).round() / 1000.0,
-            ambiguous_probability: (rng.random_range(0.0..0.08f64) * 1000.0).round() / 1000.0,
-            until_ms: safety_ms,
-        };
+        let store_faults = StoreFaults::sample(&mut rng, 0.08, safety_ms);
         NetConfig {
             seed,
             nodes: 1,
@@ -210,11 +206,7 @@ impl NetConfig {
         }
         let executions = rng.random_range(3..=8);
         let max_latency_ms = rng.random_range(1..=30);
-        let store_faults = StoreFaults {
-            fail_probability: (rng.random_range(0.0..0.04f64) * 1000.0).round() / 1000.0,
-            ambiguous_probability: (rng.random_range(0.0..0.04f64) * 1000.0).round() / 1000.0,
-            until_ms: safety_ms,
-        };
+        let store_faults = StoreFaults::sample(&mut rng, 0.04, safety_ms);
         NetConfig {
             seed,
             nodes,
