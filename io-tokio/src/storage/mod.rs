@@ -7,6 +7,7 @@
 
 pub mod lease;
 mod postgres;
+mod rows;
 mod sqlite;
 
 pub use orbit_core::store::{

@@ -6,6 +6,9 @@
 //! commit does not grow with round trips per execution.
 
 use super::lease::LeaderFence;
+use super::rows::{
+    self, decode, encode, execution_row, to_i64, to_u64, type_of, unavailable, EXECUTION_COLUMNS,
+};
 use super::{check_appends, Owner, Storage, StorageError};
 use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
@@ -60,26 +63,6 @@ pub struct PostgresStore {
     in_doubt: Arc<Mutex<Vec<InDoubt>>>,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Unavailable(e.to_string())
-}
-
-fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StorageError> {
-    serde_json::from_str(text).map_err(|e| StorageError::Unavailable(format!("corrupt row: {e}")))
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Result<String, StorageError> {
-    serde_json::to_string(value).map_err(|e| StorageError::Unavailable(format!("encode: {e}")))
-}
-
-fn to_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn to_u64(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
 /// Whether `e` is a unique-key violation (a concurrent writer got there
 /// first: the append's expected state is stale).
 fn is_unique_violation(e: &sqlx::Error) -> bool {
@@ -97,21 +80,6 @@ fn commit_error(e: sqlx::Error) -> StorageError {
         }
         other => StorageError::Ambiguous(other.to_string()),
     }
-}
-
-/// The `type` field of an encoded event.
-#[derive(serde::Deserialize)]
-struct Tag<'a> {
-    #[serde(borrow, rename = "type")]
-    ty: std::borrow::Cow<'a, str>,
-}
-
-/// The `type` of an event from its encoded body, without building a
-/// `serde_json::Value` tree (this runs for every event of every commit).
-fn type_of(body: &str) -> String {
-    serde_json::from_str::<Tag<'_>>(body)
-        .map(|t| t.ty.into_owned())
-        .unwrap_or_default()
 }
 
 impl PostgresStore {
@@ -520,18 +488,7 @@ impl PostgresStore {
         conn: &mut sqlx::PgConnection,
         ops: &[QueueOp],
     ) -> Result<(), StorageError> {
-        // Applied in order, the last operation on a (execution, unit) decides
-        // whether its row exists and what it holds.
-        let mut last: BTreeMap<(&str, &str), &QueueOp> = BTreeMap::new();
-        for op in ops {
-            let key = match op {
-                QueueOp::Enqueue {
-                    execution_id, unit, ..
-                }
-                | QueueOp::Remove { execution_id, unit } => (execution_id.as_str(), unit.as_str()),
-            };
-            last.insert(key, op);
-        }
+        let last = rows::last_per_unit(ops);
         let mut del_ids = Vec::new();
         let mut del_units = Vec::new();
         let mut ids = Vec::new();
@@ -669,38 +626,9 @@ fn pool_options(max: u32, acquire_timeout: Duration) -> PgPoolOptions {
         })
 }
 
-const EXECUTION_COLUMNS: &str =
-    "id, workflow, version, definition_hash, status, parent, input, output, error, \
-     created_at, updated_at, last_seq";
-
-fn execution_row(r: &PgRow) -> Result<ExecutionRow, StorageError> {
-    let output: Option<String> = r.try_get("output").map_err(unavailable)?;
-    let error: Option<String> = r.try_get("error").map_err(unavailable)?;
-    Ok(ExecutionRow {
-        id: r.try_get("id").map_err(unavailable)?,
-        workflow: r.try_get("workflow").map_err(unavailable)?,
-        version: r.try_get("version").map_err(unavailable)?,
-        definition_hash: r.try_get("definition_hash").map_err(unavailable)?,
-        status: r.try_get("status").map_err(unavailable)?,
-        parent: r.try_get("parent").map_err(unavailable)?,
-        input: decode(&r.try_get::<String, _>("input").map_err(unavailable)?)?,
-        output: output.as_deref().map(decode).transpose()?,
-        error: error.as_deref().map(decode).transpose()?,
-        created_at: to_u64(r.try_get("created_at").map_err(unavailable)?),
-        updated_at: to_u64(r.try_get("updated_at").map_err(unavailable)?),
-        last_seq: to_u64(r.try_get("last_seq").map_err(unavailable)?),
-    })
-}
-
+/// An `idempotency` row (PostgreSQL keeps `status` as `INT`).
 fn idempotency_row(r: &PgRow) -> Result<IdempotencyRecord, StorageError> {
-    Ok(IdempotencyRecord {
-        scope: r.try_get("scope").map_err(unavailable)?,
-        key: r.try_get("key").map_err(unavailable)?,
-        fingerprint: r.try_get("fingerprint").map_err(unavailable)?,
-        status: u16::try_from(r.try_get::<i32, _>("status").map_err(unavailable)?).unwrap_or(500),
-        body: r.try_get("body").map_err(unavailable)?,
-        expires_at: to_u64(r.try_get("expires_at").map_err(unavailable)?),
-    })
+    rows::idempotency_row::<_, i32>(r)
 }
 
 #[async_trait]

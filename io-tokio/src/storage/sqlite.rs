@@ -2,6 +2,9 @@
 //! pool of readers, versioned migrations run at open, one transaction per
 //! commit.
 
+use super::rows::{
+    self, decode, encode, execution_row, to_i64, to_u64, type_of, unavailable, EXECUTION_COLUMNS,
+};
 use super::{check_appends, Owner, Storage, StorageError};
 use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
@@ -50,31 +53,6 @@ pub struct SqliteStore {
     readers: SqlitePool,
 }
 
-fn unavailable(e: impl std::fmt::Display) -> StorageError {
-    StorageError::Unavailable(e.to_string())
-}
-
-fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StorageError> {
-    serde_json::from_str(text).map_err(|e| StorageError::Unavailable(format!("corrupt row: {e}")))
-}
-
-fn encode<T: serde::Serialize>(value: &T) -> Result<String, StorageError> {
-    serde_json::to_string(value).map_err(|e| StorageError::Unavailable(format!("encode: {e}")))
-}
-
-/// The `type` tag of an encoded event, read back with a borrowed one-field
-/// parse instead of a second serialisation.
-fn type_of(body: &str) -> String {
-    #[derive(serde::Deserialize)]
-    struct Tag<'a> {
-        #[serde(rename = "type", borrow)]
-        ty: std::borrow::Cow<'a, str>,
-    }
-    serde_json::from_str::<Tag<'_>>(body)
-        .map(|t| t.ty.into_owned())
-        .unwrap_or_default()
-}
-
 /// Rows per multi-row statement for `remaining` rows: the largest power of
 /// two up to 128, so a commit of any size uses at most eight distinct
 /// statements per table, each prepared once and cached by the connection.
@@ -85,14 +63,6 @@ fn chunk_len(remaining: usize) -> usize {
     } else {
         1 << remaining.ilog2()
     }
-}
-
-fn to_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn to_u64(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }
 
 impl SqliteStore {
@@ -436,16 +406,7 @@ impl SqliteStore {
         conn: &mut sqlx::SqliteConnection,
         ops: &[QueueOp],
     ) -> Result<(), StorageError> {
-        let mut last: BTreeMap<(&str, &str), &QueueOp> = BTreeMap::new();
-        for op in ops {
-            let key = match op {
-                QueueOp::Enqueue {
-                    execution_id, unit, ..
-                }
-                | QueueOp::Remove { execution_id, unit } => (execution_id.as_str(), unit.as_str()),
-            };
-            last.insert(key, op);
-        }
+        let last = rows::last_per_unit(ops);
         let mut removed = Vec::new();
         let mut enqueued = Vec::new();
         for ((execution_id, unit), op) in &last {
@@ -551,38 +512,9 @@ impl SqliteStore {
     }
 }
 
-const EXECUTION_COLUMNS: &str =
-    "id, workflow, version, definition_hash, status, parent, input, output, error, \
-     created_at, updated_at, last_seq";
-
-fn execution_row(r: &SqliteRow) -> Result<ExecutionRow, StorageError> {
-    let output: Option<String> = r.try_get("output").map_err(unavailable)?;
-    let error: Option<String> = r.try_get("error").map_err(unavailable)?;
-    Ok(ExecutionRow {
-        id: r.try_get("id").map_err(unavailable)?,
-        workflow: r.try_get("workflow").map_err(unavailable)?,
-        version: r.try_get("version").map_err(unavailable)?,
-        definition_hash: r.try_get("definition_hash").map_err(unavailable)?,
-        status: r.try_get("status").map_err(unavailable)?,
-        parent: r.try_get("parent").map_err(unavailable)?,
-        input: decode(&r.try_get::<String, _>("input").map_err(unavailable)?)?,
-        output: output.as_deref().map(decode).transpose()?,
-        error: error.as_deref().map(decode).transpose()?,
-        created_at: to_u64(r.try_get("created_at").map_err(unavailable)?),
-        updated_at: to_u64(r.try_get("updated_at").map_err(unavailable)?),
-        last_seq: to_u64(r.try_get("last_seq").map_err(unavailable)?),
-    })
-}
-
+/// An `idempotency` row (SQLite keeps `status` as a 64-bit integer).
 fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
-    Ok(IdempotencyRecord {
-        scope: r.try_get("scope").map_err(unavailable)?,
-        key: r.try_get("key").map_err(unavailable)?,
-        fingerprint: r.try_get("fingerprint").map_err(unavailable)?,
-        status: u16::try_from(r.try_get::<i64, _>("status").map_err(unavailable)?).unwrap_or(500),
-        body: r.try_get("body").map_err(unavailable)?,
-        expires_at: to_u64(r.try_get("expires_at").map_err(unavailable)?),
-    })
+    rows::idempotency_row::<_, i64>(r)
 }
 
 #[async_trait]
