@@ -704,6 +704,8 @@ impl Inner {
                         self.start(task);
                     }
                     retry = self.settle(carried, &polled.results);
+                    // Results the server could not record yet: back off.
+                    failed = !retry.is_empty();
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "unreadable poll answer");
