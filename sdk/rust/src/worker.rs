@@ -181,6 +181,7 @@ impl WorkerBuilder {
                 shutdown_grace: self.shutdown_grace,
                 token: self.token,
                 session: tokio::sync::Mutex::new(None),
+                current: Mutex::new(None),
                 held: Mutex::new(BTreeMap::new()),
                 slot_freed: Notify::new(),
                 results_on_poll: AtomicBool::new(self.results_on_poll),
@@ -221,6 +222,9 @@ struct Inner {
     token: Option<String>,
     /// The current session (id, timeout), `None` before registering.
     session: tokio::sync::Mutex<Option<Session>>,
+    /// A copy of `session` readable without waiting, for sending a result
+    /// straight from the task that finished it.
+    current: Mutex<Option<Session>>,
     /// Tokens received whose result the server has not answered yet.
     held: Mutex<BTreeMap<String, Held>>,
     slot_freed: Notify,
@@ -422,6 +426,7 @@ impl Inner {
                             message: e.to_string(),
                         })?;
                     let id = session.session_id.clone();
+                    *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.clone());
                     *slot = Some(session);
                     return Ok(id);
                 }
@@ -577,18 +582,41 @@ impl Inner {
 
     /// How long a poll may wait at the server.
     async fn wait_ms(&self) -> u64 {
-        // Never park a poll for longer than half the session timeout.
         let timeout_ms = self
             .session
             .lock()
             .await
             .as_ref()
             .and_then(|s| s.session_timeout_ms);
+        self.wait_for(timeout_ms)
+    }
+
+    /// `poll_wait`, but never longer than half the session timeout.
+    fn wait_for(&self, session_timeout_ms: Option<u64>) -> u64 {
         let mut wait_ms = u64::try_from(self.poll_wait.as_millis()).unwrap_or(u64::MAX);
-        if let Some(t) = timeout_ms {
+        if let Some(t) = session_timeout_ms {
             wait_ms = wait_ms.min((t / 2).max(1));
         }
         wait_ms
+    }
+
+    /// Sends the next poll now if one is due and the session is known,
+    /// without waiting for the poll loop to wake up (one hop less between a
+    /// handler returning and its result leaving).
+    fn send_now(self: &Arc<Self>) {
+        if self.draining.load(Ordering::SeqCst) {
+            return;
+        }
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|s| (s.session_id.clone(), s.session_timeout_ms));
+        if let Some((session, timeout_ms)) = current {
+            let wait_ms = self.wait_for(timeout_ms);
+            self.send_next(&session, wait_ms);
+        }
     }
 
     /// Polls and starts tasks until refused for good. Each poll runs as its
@@ -774,6 +802,7 @@ impl Inner {
                 flow.quick = false;
             }
         }
+        self.send_now();
         self.kick();
     }
 
@@ -829,14 +858,16 @@ impl Inner {
         }
     }
 
-    /// Queues a finished task's result for the next poll.
-    fn enqueue(&self, token: String, outcome: Outcome) {
+    /// Queues a finished task's result for the next poll, and sends that
+    /// poll at once if it is due.
+    fn enqueue(self: &Arc<Self>, token: String, outcome: Outcome) {
         if let Some(entry) = self.held().get_mut(&token) {
             entry.done = true;
         }
         let result = TaskResult { token, outcome };
         let size = serde_json::to_vec(&result).map_or(0, |b| b.len());
         self.outbox().push_back(Ready { result, size });
+        self.send_now();
         self.kick();
     }
 
@@ -995,6 +1026,7 @@ impl Inner {
 
     /// Ends the session (held tasks, if any, become uncertain at the server).
     async fn unregister(&self) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let Some(session) = self.session.lock().await.take() else {
             return;
         };
