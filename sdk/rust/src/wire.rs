@@ -1212,6 +1212,58 @@ mod tests {
     }
 
     #[test]
+    fn results_on_a_poll_encode_as_the_api_says() {
+        let poll = PollRequest {
+            max_tasks: Some(2),
+            wait_ms: 0,
+            held: vec![],
+            results: vec![
+                TaskResult {
+                    token: "t1".into(),
+                    outcome: Outcome::Output(json!({"n": 1})),
+                },
+                TaskResult {
+                    token: "t2".into(),
+                    outcome: Outcome::Error(TaskError::fatal("NO", "no")),
+                },
+            ],
+        };
+        let v = serde_json::to_value(&poll).unwrap();
+        assert_eq!(
+            v["results"],
+            json!([{"token": "t1", "output": {"n": 1}},
+                   {"token": "t2", "error": {"code": "NO", "message": "no", "retryable": false}}])
+        );
+        assert_eq!(serde_json::from_value::<PollRequest>(v).unwrap(), poll);
+        // No results: the body is the old one.
+        let old = serde_json::to_value(PollRequest::default()).unwrap();
+        assert_eq!(old, json!({"wait_ms": 0, "held": []}));
+        for bad in [
+            json!({"token": "t"}),
+            json!({"output": 1}),
+            json!({"token": 1, "output": 1}),
+            json!({"token": "t", "output": 1, "error": {"code": "X"}}),
+            json!({"token": "t", "output": 1, "other": 1}),
+        ] {
+            assert!(
+                serde_json::from_value::<TaskResult>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+        let answer: Polled = serde_json::from_value(json!({"tasks": [], "results": [
+            {"token": "t1", "status": 200, "accepted": true},
+            {"token": "t2", "status": 503, "error": {"code": "STORAGE_ERROR", "message": "down"}}
+        ]}))
+        .unwrap();
+        assert!(!answer.results[0].retry());
+        assert!(answer.results[1].retry());
+        assert_eq!(
+            answer.results[1].error.as_ref().unwrap().code,
+            "STORAGE_ERROR"
+        );
+    }
+
+    #[test]
     fn deploy_bodies_have_one_of_two_shapes() {
         let one: DeployRequest =
             serde_json::from_value(json!({"source": "x", "filename": "a.orbit"})).unwrap();
