@@ -322,6 +322,9 @@ impl Worker {
         S: Future<Output = ()> + Send,
     {
         let inner = &self.inner;
+        // A worker may run again after an earlier run ended.
+        inner.draining.store(false, Ordering::SeqCst);
+        *inner.flow() = Flow::default();
         tokio::pin!(shutdown);
         // `biased;` throughout: a seeded simulation must not depend on
         // tokio's random branch order; shutdown is checked first.
