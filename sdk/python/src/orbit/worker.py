@@ -259,6 +259,10 @@ class Worker:
         self._stop = stop or asyncio.Event()
         self._slot = asyncio.Event()
         self._wake = asyncio.Event()
+        self._long = self._quick = False
+        self._reserved = self._failures = 0
+        self._fatal = None
+        self._outbox = []
         self._http = httpx.AsyncClient(transport=self._transport)
         heartbeats: asyncio.Task[None] | None = None
         try:
