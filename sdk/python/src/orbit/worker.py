@@ -401,6 +401,9 @@ class Worker:
                 settled.set_result(False)
 
     def _send_next(self) -> bool:
+        if self._session is None:
+            return False
+        session = self._session
         running = len(self._held) - len(self._done)
         free = self.max_tasks - running - self._reserved
         wait_ms = int(self.poll_wait * 1000)
@@ -413,15 +416,16 @@ class Worker:
             del self._outbox[:1000]
             long = not self._long
             wait = min(wait_ms, 1000) if long else 0
-            self._spawn(carried, free, wait, long)
+            self._spawn(session, carried, free, wait, long)
             return True
         if not self._outbox and not self._long and free > 0:
-            self._long_poll = self._spawn([], free, wait_ms, True)
+            self._long_poll = self._spawn(session, [], free, wait_ms, True)
             return True
         return False
 
     def _spawn(
         self,
+        session: str,
         carried: list[tuple[str, dict[str, Any], asyncio.Future[bool]]],
         ask: int,
         wait_ms: int,
@@ -432,13 +436,14 @@ class Worker:
         else:
             self._quick = True
         self._reserved += ask
-        task = asyncio.create_task(self._exchange(carried, ask, wait_ms, long))
+        task = asyncio.create_task(self._exchange(session, carried, ask, wait_ms, long))
         self._exchanges.add(task)
         task.add_done_callback(self._exchanges.discard)
         return task
 
     async def _exchange(
         self,
+        session: str,
         carried: list[tuple[str, dict[str, Any], asyncio.Future[bool]]],
         ask: int,
         wait_ms: int,
@@ -449,8 +454,6 @@ class Worker:
         retry: list[tuple[str, dict[str, Any], asyncio.Future[bool]]] = []
         failed = False
         try:
-            assert self._session is not None
-            session = self._session
             body: dict[str, Any] = {
                 "max_tasks": ask,
                 "wait_ms": wait_ms,
@@ -496,6 +499,9 @@ class Worker:
             retry = self._settle(carried, answer.get("results"))
             # Results the server could not record yet: back off.
             failed = bool(retry)
+        except Exception:
+            log.exception("unreadable poll answer; retrying")
+            failed, retry = True, [c for c in carried if not c[2].done()]
         finally:
             self._failures = self._failures + 1 if failed else 0
             if failed and not self._stopping():
