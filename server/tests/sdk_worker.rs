@@ -2,14 +2,16 @@
 //! task fields reach the handler, results are retried until answered,
 //! `accepted: false` is final, `UNKNOWN_SESSION` re-registers and re-attaches
 //! held tokens, the cancel list stops handlers, `max_tasks` bounds
-//! concurrency, and shutdown unregisters.
+//! concurrency, and shutdown unregisters. Most tests use the separate
+//! result call (`results_on_poll(false)`); those at the end the default,
+//! results riding on polls.
 
 #![allow(clippy::unwrap_used)]
 
 mod sdk_support;
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +35,10 @@ struct Proto {
     results: Mutex<VecDeque<Reply>>,
     cancel: Mutex<Vec<String>>,
     register_reply: Mutex<Option<Reply>>,
+    /// How long a poll that gets no task waits (default 20 ms).
+    park_ms: AtomicU64,
+    /// Refuse polls that carry results (`400`, as a server before them).
+    refuse_results: AtomicBool,
 }
 
 impl Proto {
@@ -51,13 +57,41 @@ impl Proto {
                 return Reply::error(404, "UNKNOWN_SESSION");
             }
             if rest.ends_with("/poll") {
+                let carried = req.body["results"].as_array().cloned().unwrap_or_default();
+                if !carried.is_empty() && self.refuse_results.load(Ordering::SeqCst) {
+                    return Reply::error(400, "INVALID_REQUEST");
+                }
+                let answers: Vec<Value> = carried
+                    .iter()
+                    .map(|r| {
+                        let reply = self.result_reply();
+                        let token = r["token"].clone();
+                        if reply.status == 200 {
+                            let mut a = reply.body.clone();
+                            a["token"] = token;
+                            a["status"] = json!(200);
+                            a
+                        } else {
+                            json!({"token": token, "status": reply.status, "error": reply.body["error"]})
+                        }
+                    })
+                    .collect();
                 let max = req.body["max_tasks"].as_u64().unwrap_or(1) as usize;
                 let mut queue = self.tasks.lock().unwrap();
                 let n = max.min(queue.len());
                 let tasks: Vec<Value> = queue.drain(..n).collect();
-                let reply = Reply::ok(json!({ "tasks": tasks }));
-                return if n == 0 {
-                    reply.after(Duration::from_millis(20))
+                let mut body = json!({ "tasks": tasks });
+                if !answers.is_empty() {
+                    body["results"] = json!(answers);
+                }
+                let reply = Reply::ok(body);
+                let wait = req.body["wait_ms"].as_u64().unwrap_or(0);
+                return if n == 0 && answers.is_empty() && wait > 0 {
+                    let park = match self.park_ms.load(Ordering::SeqCst) {
+                        0 => 20,
+                        ms => ms,
+                    };
+                    reply.after(Duration::from_millis(park.min(wait)))
                 } else {
                     reply
                 };
@@ -79,14 +113,18 @@ impl Proto {
             }
         }
         if path.starts_with("/v1/tasks/") && path.ends_with("/result") {
-            return self
-                .results
-                .lock()
-                .unwrap()
-                .pop_front()
-                .unwrap_or_else(|| Reply::ok(json!({"accepted": true})));
+            return self.result_reply();
         }
         Reply::error(404, "NOT_FOUND")
+    }
+
+    /// The next scripted answer to a result (accepted when none is left).
+    fn result_reply(&self) -> Reply {
+        self.results
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Reply::ok(json!({"accepted": true})))
     }
 }
 
@@ -103,12 +141,27 @@ fn task(token: &str, name: &str) -> Value {
     })
 }
 
+/// A worker that reports each result with the result call.
 fn builder(id: &str) -> WorkerBuilder {
+    on_poll(id).results_on_poll(false)
+}
+
+/// A worker as the SDK builds it by default: results ride on polls.
+fn on_poll(id: &str) -> WorkerBuilder {
     Worker::builder(id)
         .poll_wait(Duration::from_millis(50))
         .heartbeat_interval(Duration::from_millis(20))
         .backoff(FAST)
         .shutdown_grace(Duration::from_secs(2))
+}
+
+/// Every result the worker carried on its polls, in order.
+fn carried(fake: &Fake) -> Vec<Value> {
+    fake.matching("POST", "/v1/workers/")
+        .into_iter()
+        .filter(|r| r.path.ends_with("/poll"))
+        .flat_map(|r| r.body["results"].as_array().cloned().unwrap_or_default())
+        .collect()
 }
 
 /// Runs a worker in the background; send on the returned channel to stop it.
@@ -542,6 +595,207 @@ async fn polls_wait_at_most_half_the_session_timeout() {
         .await;
     let polls = fake.matching("POST", "/v1/workers/s1/poll");
     assert_eq!(polls[0].body["wait_ms"], 1500);
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn results_ride_on_polls_and_are_retried_until_answered() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    proto.results.lock().unwrap().extend([
+        Reply::error(503, "STORAGE_ERROR"),
+        Reply::error(500, "INTERNAL"),
+    ]);
+    let fake = fake(&proto).await;
+    let worker = on_poll("w-1")
+        .handler("demo.work", |_t: Task| async { Ok(json!({"doubled": 2})) })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("three carried results", |_| carried(&fake).len() >= 3)
+        .await;
+    // Answered at the third try: carried no more, and never sent alone.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let carried = carried(&fake);
+    assert_eq!(carried.len(), 3, "{carried:?}");
+    for r in &carried {
+        assert_eq!(r, &json!({"token": "tok-1", "output": {"doubled": 2}}));
+    }
+    assert!(results(&fake).is_empty());
+    // The token is no longer held once the server answered.
+    let last = fake.matching("POST", "/v1/workers/s1/heartbeat");
+    assert_eq!(last.last().unwrap().body, json!({"held": []}));
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
+    let proto = Arc::new(Proto::default());
+    proto.park_ms.store(5_000, Ordering::SeqCst);
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    let fake = fake(&proto).await;
+    let finished = Arc::new(Mutex::new(None));
+    let f = Arc::clone(&finished);
+    let worker = on_poll("w-1")
+        .poll_wait(Duration::from_secs(10))
+        .handler("demo.work", move |_t: Task| {
+            let f = Arc::clone(&f);
+            async move {
+                // Long enough for the next long poll to park at the server.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                *f.lock().unwrap() = Some(tokio::time::Instant::now());
+                Ok(json!(1))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("a carried result", |_| !carried(&fake).is_empty())
+        .await;
+    let sent_within = finished.lock().unwrap().unwrap().elapsed();
+    assert!(
+        sent_within < Duration::from_millis(500),
+        "the result waited {sent_within:?}"
+    );
+    let polls = fake.matching("POST", "/v1/workers/s1/poll");
+    let carrying = polls
+        .iter()
+        .find(|p| p.body.get("results").is_some())
+        .unwrap();
+    // Another poll was parked: this one does not wait, and asks only for
+    // the slot its result frees.
+    assert_eq!(carrying.body["wait_ms"], 0, "{:?}", carrying.body);
+    assert!(polls
+        .iter()
+        .any(|p| p.body.get("results").is_none() && p.body["wait_ms"].as_u64() > Some(0)));
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn max_tasks_bounds_concurrency_with_results_on_polls() {
+    let proto = Arc::new(Proto::default());
+    for i in 0..6 {
+        proto
+            .tasks
+            .lock()
+            .unwrap()
+            .push_back(task(&format!("tok-{i}"), "demo.work"));
+    }
+    let fake = fake(&proto).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
+    let worker = on_poll("w-1")
+        .max_tasks(2)
+        .handler("demo.work", move |_t: Task| {
+            let (running, peak) = (Arc::clone(&r), Arc::clone(&p));
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(json!(null))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("six carried results", |_| carried(&fake).len() >= 6)
+        .await;
+    assert_eq!(peak.load(Ordering::SeqCst), 2);
+    let mut tokens: Vec<String> = carried(&fake)
+        .iter()
+        .map(|r| r["token"].as_str().unwrap().to_owned())
+        .collect();
+    tokens.sort();
+    assert_eq!(
+        tokens,
+        ["tok-0", "tok-1", "tok-2", "tok-3", "tok-4", "tok-5"]
+    );
+    assert!(results(&fake).is_empty());
+    for poll in fake.matching("POST", "/v1/workers/s1/poll") {
+        let asked = poll.body["max_tasks"].as_u64().unwrap() as usize;
+        let held = poll.body["held"].as_array().unwrap().len();
+        assert!(asked >= 1 && asked + held <= 2, "poll {:?}", poll.body);
+    }
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_shutting_down_reports_with_the_result_call() {
+    let proto = Arc::new(Proto::default());
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    let fake = fake(&proto).await;
+    let started = Arc::new(Notify::new());
+    let s = Arc::clone(&started);
+    let worker = on_poll("w-1")
+        .handler("demo.work", move |_t: Task| {
+            let s = Arc::clone(&s);
+            async move {
+                s.notify_one();
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                Ok(json!("finished"))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    started.notified().await;
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+    let reqs = fake.requests();
+    let result_at = reqs
+        .iter()
+        .position(|r| r.path == "/v1/tasks/tok-1/result")
+        .expect("the result was reported before unregistering");
+    let delete_at = reqs.iter().position(|r| r.method == "DELETE").unwrap();
+    assert!(result_at < delete_at);
+    assert!(carried(&fake).is_empty());
+}
+
+#[tokio::test]
+async fn a_server_refusing_results_on_polls_gets_the_result_call() {
+    let proto = Arc::new(Proto::default());
+    proto.refuse_results.store(true, Ordering::SeqCst);
+    for token in ["tok-1", "tok-2"] {
+        proto
+            .tasks
+            .lock()
+            .unwrap()
+            .push_back(task(token, "demo.work"));
+    }
+    let fake = fake(&proto).await;
+    let worker = on_poll("w-1")
+        .max_tasks(1)
+        .handler("demo.work", |_t: Task| async { Ok(json!(1)) })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("two result posts", |r| {
+        r.iter()
+            .filter(|r| r.path.starts_with("/v1/tasks/"))
+            .count()
+            >= 2
+    })
+    .await;
+    // Refused once, then the worker stopped carrying results.
+    assert_eq!(carried(&fake).len(), 1);
     stop.send(()).unwrap();
     handle.await.unwrap().unwrap();
 }

@@ -57,7 +57,7 @@ pub use transport::{
 };
 pub use wire::{
     ClusterNode, ClusterStatus, Deployed, Execution, ExecutionPage, ExecutionSummary, HistoryPage,
-    Outcome, RecordedEvent, Registered, ResultAck, SignalAck, SourceFile, Started, Status, Task,
-    TaskError, UnitView,
+    Outcome, RecordedEvent, Registered, ResultAck, ResultAnswer, SignalAck, SourceFile, Started,
+    Status, Task, TaskError, TaskResult, UnitView,
 };
 pub use worker::{Handler, Worker, WorkerBuilder};

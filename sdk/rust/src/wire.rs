@@ -36,6 +36,8 @@ pub const CANCEL_REASON_MAX: usize = 4096;
 pub const POLL_WAIT_MS_MAX: u64 = 60_000;
 /// Most tasks one poll hands out (larger `max_tasks` are capped).
 pub const POLL_MAX_TASKS_MAX: u32 = 1_000;
+/// Most results one poll may carry.
+pub const POLL_RESULTS_MAX: usize = 1_000;
 /// Longest `timeout_ms` of a wait honoured (larger values are capped).
 pub const WAIT_TIMEOUT_MS_MAX: u64 = 300_000;
 /// `timeout_ms` of a wait that names none.
@@ -634,7 +636,7 @@ pub struct Session {
 }
 
 /// Body of `POST /v1/workers/{session}/poll` (optional).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PollRequest {
@@ -656,6 +658,53 @@ pub struct PollRequest {
     /// Tokens of the tasks the worker is still working on.
     #[serde(default)]
     pub held: Vec<String>,
+    /// Results to report before tasks are handed out (at most 1000): each
+    /// is recorded exactly as `POST /v1/tasks/{token}/result` would record
+    /// it, and answered in the reply's `results`, in the same order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "utoipa", schema(max_items = 1000))]
+    pub results: Vec<TaskResult>,
+}
+
+/// One result carried by a poll: the delivery's token and exactly one of
+/// `output` and `error` (`{"token", "output"}` or `{"token", "error"}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskResult {
+    /// The delivery's token.
+    pub token: String,
+    /// What the worker reports.
+    pub outcome: Outcome,
+}
+
+impl Serialize for TaskResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(2))?;
+        map.serialize_entry("token", &self.token)?;
+        match &self.outcome {
+            Outcome::Output(v) => map.serialize_entry("output", v)?,
+            Outcome::Error(e) => map.serialize_entry("error", e)?,
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskResult {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut map = Map::<String, Value>::deserialize(d)?;
+        let token = match map.remove("token") {
+            Some(Value::String(t)) => t,
+            Some(_) => return Err(D::Error::custom("`token` must be a string")),
+            None => return Err(D::Error::custom("a result needs its `token`")),
+        };
+        let outcome = serde_json::from_value::<Outcome>(Value::Object(map)).map_err(|e| {
+            D::Error::custom(format!(
+                "a result has its `token` and exactly one of `output` and `error`: {e}"
+            ))
+        })?;
+        Ok(TaskResult { token, outcome })
+    }
 }
 
 /// A task handed to a worker (seed `003`'s JSON).
@@ -702,6 +751,40 @@ pub struct Polled {
     /// The tasks handed out (possibly none).
     #[serde(default)]
     pub tasks: Vec<Task>,
+    /// When the poll carried results: one answer per result, in the
+    /// request's order (absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ResultAnswer>,
+}
+
+/// The answer to one result a poll carried: what `POST
+/// /v1/tasks/{token}/result` would have answered, with its HTTP status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
+pub struct ResultAnswer {
+    /// The result's token.
+    pub token: String,
+    /// The status the result endpoint would have answered: `200` (then
+    /// `accepted` says whether it was recorded), `403 FORBIDDEN`, `503`
+    /// (`STORAGE_ERROR`, ...: report it again later), ...
+    pub status: u16,
+    /// With status 200: whether the result was recorded (`false` is final).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<bool>,
+    /// With `accepted: false`: the seed's reason (`stale attempt`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// With any other status: the error, as the result endpoint's body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
+impl ResultAnswer {
+    /// Whether the result should be reported again later (a 5xx or 429:
+    /// the server could not decide).
+    pub fn retry(&self) -> bool {
+        self.status == 429 || self.status >= 500
+    }
 }
 
 /// Body of `POST /v1/workers/{session}/heartbeat` (optional).
@@ -1017,6 +1100,53 @@ mod schemas {
         }
     }
 
+    impl PartialSchema for super::TaskResult {
+        fn schema() -> RefOr<Schema> {
+            let token = || {
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::new(Type::String))
+                    .min_length(Some(1))
+                    .max_length(Some(super::PATH_PARAM_MAX))
+                    .pattern(Some(super::TEXT_PATTERN))
+                    .description(Some("The delivery's token."))
+            };
+            let output = closed(
+                ObjectBuilder::new()
+                    .title(Some("Success"))
+                    .property("token", token())
+                    .property(
+                        "output",
+                        ObjectBuilder::new()
+                            .schema_type(SchemaType::AnyValue)
+                            .description(Some("The task's output (any JSON, null included).")),
+                    )
+                    .required("token")
+                    .required("output"),
+            );
+            let error = closed(
+                ObjectBuilder::new()
+                    .title(Some("Failure"))
+                    .property("token", token())
+                    .property("error", super::TaskError::schema())
+                    .required("token")
+                    .required("error"),
+            );
+            OneOfBuilder::new()
+                .item(output)
+                .item(error)
+                .description(Some(
+                    "One result: its `token` and exactly one of `output` and `error`.",
+                ))
+                .into()
+        }
+    }
+
+    impl ToSchema for super::TaskResult {
+        fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+            schemas.push(("TaskError".into(), super::TaskError::schema()));
+        }
+    }
+
     impl PartialSchema for super::PatternText {
         fn schema() -> RefOr<Schema> {
             ObjectBuilder::new()
@@ -1078,6 +1208,58 @@ mod tests {
                 message: None,
                 retryable: true
             })
+        );
+    }
+
+    #[test]
+    fn results_on_a_poll_encode_as_the_api_says() {
+        let poll = PollRequest {
+            max_tasks: Some(2),
+            wait_ms: 0,
+            held: vec![],
+            results: vec![
+                TaskResult {
+                    token: "t1".into(),
+                    outcome: Outcome::Output(json!({"n": 1})),
+                },
+                TaskResult {
+                    token: "t2".into(),
+                    outcome: Outcome::Error(TaskError::fatal("NO", "no")),
+                },
+            ],
+        };
+        let v = serde_json::to_value(&poll).unwrap();
+        assert_eq!(
+            v["results"],
+            json!([{"token": "t1", "output": {"n": 1}},
+                   {"token": "t2", "error": {"code": "NO", "message": "no", "retryable": false}}])
+        );
+        assert_eq!(serde_json::from_value::<PollRequest>(v).unwrap(), poll);
+        // No results: the body is the old one.
+        let old = serde_json::to_value(PollRequest::default()).unwrap();
+        assert_eq!(old, json!({"wait_ms": 0, "held": []}));
+        for bad in [
+            json!({"token": "t"}),
+            json!({"output": 1}),
+            json!({"token": 1, "output": 1}),
+            json!({"token": "t", "output": 1, "error": {"code": "X"}}),
+            json!({"token": "t", "output": 1, "other": 1}),
+        ] {
+            assert!(
+                serde_json::from_value::<TaskResult>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+        let answer: Polled = serde_json::from_value(json!({"tasks": [], "results": [
+            {"token": "t1", "status": 200, "accepted": true},
+            {"token": "t2", "status": 503, "error": {"code": "STORAGE_ERROR", "message": "down"}}
+        ]}))
+        .unwrap();
+        assert!(!answer.results[0].retry());
+        assert!(answer.results[1].retry());
+        assert_eq!(
+            answer.results[1].error.as_ref().unwrap().code,
+            "STORAGE_ERROR"
         );
     }
 

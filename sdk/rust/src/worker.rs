@@ -8,9 +8,19 @@
 //! capped backoff on connection errors and 5xx for as long as it takes; an
 //! `accepted: false` answer is final; `404 UNKNOWN_SESSION` makes the worker
 //! register again and re-attach the tokens it holds with a heartbeat.
+//!
+//! One request per step: by default results ride on polls. A finished
+//! task's result goes out at once on a poll that also asks for as many
+//! tasks as the worker has free slots; that poll waits at the server only
+//! when no other poll is waiting there (otherwise `wait_ms: 0`), so a
+//! result never queues behind a parked long poll. Results that finish
+//! while such a call is in flight go out together on the next one.
+//! [`WorkerBuilder::results_on_poll`]`(false)` uses the separate result
+//! call instead, and so does a worker shutting down (it wants no new tasks).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -25,9 +35,16 @@ use crate::failover::{split_urls, FailoverTransport};
 use crate::retry::{retryable_status, Backoff};
 use crate::transport::{BoxFuture, HttpRequest, HttpResponse, Method, Transport, TransportError};
 use crate::wire::{
-    HeartbeatAck, HeartbeatRequest, Outcome, PollRequest, Polled, RegisterRequest, ResultAck,
-    Session, Task, TaskError,
+    ErrorBody, HeartbeatAck, HeartbeatRequest, Outcome, PollRequest, Polled, RegisterRequest,
+    ResultAck, ResultAnswer, Session, Task, TaskError, TaskResult, POLL_RESULTS_MAX,
 };
+
+/// Serialized results one poll carries at most (bytes, roughly); a larger
+/// single result goes alone.
+const CARRY_BYTES_MAX: usize = 512 * 1024;
+/// Longest wait at the server of a poll that carries results, so that
+/// their answers come back soon even when no task is coming.
+const CARRY_WAIT_MS_MAX: u64 = 1_000;
 
 /// A task handler: takes the task, returns its output or a [`TaskError`].
 pub type Handler = Arc<dyn Fn(Task) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
@@ -43,6 +60,7 @@ pub struct WorkerBuilder {
     backoff: Backoff,
     shutdown_grace: Duration,
     token: Option<String>,
+    results_on_poll: bool,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -69,6 +87,7 @@ impl WorkerBuilder {
             backoff: Backoff::WORKER,
             shutdown_grace: Duration::from_secs(30),
             token: None,
+            results_on_poll: true,
         }
     }
 
@@ -121,6 +140,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// Whether results ride on polls (default true: one request per step;
+    /// see the module docs). `false` reports each result with its own
+    /// `POST /v1/tasks/{token}/result`, as servers before this option did.
+    pub fn results_on_poll(mut self, on: bool) -> Self {
+        self.results_on_poll = on;
+        self
+    }
+
     /// Sends `Authorization: Bearer <token>`.
     pub fn token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.is_empty());
@@ -154,8 +181,14 @@ impl WorkerBuilder {
                 shutdown_grace: self.shutdown_grace,
                 token: self.token,
                 session: tokio::sync::Mutex::new(None),
+                current: Mutex::new(None),
                 held: Mutex::new(BTreeMap::new()),
                 slot_freed: Notify::new(),
+                results_on_poll: AtomicBool::new(self.results_on_poll),
+                draining: AtomicBool::new(false),
+                outbox: Mutex::new(VecDeque::new()),
+                flow: Mutex::new(Flow::default()),
+                wake: Notify::new(),
             }),
         }
     }
@@ -189,19 +222,58 @@ struct Inner {
     token: Option<String>,
     /// The current session (id, timeout), `None` before registering.
     session: tokio::sync::Mutex<Option<Session>>,
+    /// A copy of `session` readable without waiting, for sending a result
+    /// straight from the task that finished it.
+    current: Mutex<Option<Session>>,
     /// Tokens received whose result the server has not answered yet.
     held: Mutex<BTreeMap<String, Held>>,
     slot_freed: Notify,
+    /// Results ride on polls (turned off when a server refuses them).
+    results_on_poll: AtomicBool,
+    /// Shutting down: no new polls; results go by the result call.
+    draining: AtomicBool,
+    /// Finished results waiting for the next poll.
+    outbox: Mutex<VecDeque<Ready>>,
+    /// The polls in flight.
+    flow: Mutex<Flow>,
+    /// Wakes the poll loop: a result is ready, a call came back, a slot freed.
+    wake: Notify,
+}
+
+/// A finished task's result, waiting to be reported.
+struct Ready {
+    result: TaskResult,
+    /// Its serialized size, roughly.
+    size: usize,
+}
+
+/// The polls in flight: at most one that may wait at the server (`long`)
+/// and one that does not (`quick`).
+#[derive(Default)]
+struct Flow {
+    long: bool,
+    quick: bool,
+    /// Tasks the polls in flight asked for.
+    reserved: usize,
+    /// Consecutive failed polls, for the backoff.
+    failures: u32,
+    /// The results-free long poll in flight, aborted at shutdown.
+    long_abort: Option<AbortHandle>,
+    /// A refusal that ends [`Worker::run`].
+    fatal: Option<Error>,
 }
 
 /// A task the worker holds.
 struct Held {
     /// The running handler, until it finishes.
     handler: Option<AbortHandle>,
-    /// The task that awaits the handler and reports its outcome.
+    /// The task that awaits the handler and reports its outcome (or,
+    /// once it is queued for a poll that could not carry it, reports it).
     supervisor: AbortHandle,
     /// Why the handler was stopped, if it was.
     stopped: Option<Stop>,
+    /// The handler finished; its result waits for the server's answer.
+    done: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,8 +288,8 @@ enum Stop {
 enum Answer {
     /// A 2xx answer.
     Ok(HttpResponse),
-    /// `404 UNKNOWN_SESSION`.
-    UnknownSession,
+    /// `404 UNKNOWN_SESSION` (with its body).
+    UnknownSession(Vec<u8>),
     /// Connection error, 429 or 5xx: try again later.
     Retry(String),
     /// Any other refusal: final.
@@ -250,6 +322,9 @@ impl Worker {
         S: Future<Output = ()> + Send,
     {
         let inner = &self.inner;
+        // A worker may run again after an earlier run ended.
+        inner.draining.store(false, Ordering::SeqCst);
+        *inner.flow() = Flow::default();
         tokio::pin!(shutdown);
         // `biased;` throughout: a seeded simulation must not depend on
         // tokio's random branch order; shutdown is checked first.
@@ -315,7 +390,7 @@ impl Inner {
             Ok(r) => {
                 let error = Error::from_response(r.status, &r.body);
                 if r.status == 404 && error.code() == Some("UNKNOWN_SESSION") {
-                    Answer::UnknownSession
+                    Answer::UnknownSession(r.body)
                 } else {
                     Answer::Refused(error)
                 }
@@ -354,11 +429,12 @@ impl Inner {
                             message: e.to_string(),
                         })?;
                     let id = session.session_id.clone();
+                    *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.clone());
                     *slot = Some(session);
                     return Ok(id);
                 }
                 Answer::Refused(e) => return Err(e),
-                Answer::UnknownSession | Answer::Retry(_) => {
+                Answer::UnknownSession(_) | Answer::Retry(_) => {
                     failures += 1;
                     tracing::warn!(worker = %self.worker_id, failures, "cannot register yet; retrying");
                     tokio::time::sleep(self.backoff.delay(failures)).await;
@@ -460,7 +536,7 @@ impl Inner {
             };
             match self.heartbeat_once(&session).await {
                 Answer::Ok(_) => failures = 0,
-                Answer::UnknownSession => {
+                Answer::UnknownSession(_) => {
                     failures = 0;
                     if let Err(e) = self.reregister(&session).await {
                         failures = 1;
@@ -479,65 +555,323 @@ impl Inner {
         }
     }
 
-    /// Polls and starts tasks until refused for good.
+    fn flow(&self) -> MutexGuard<'_, Flow> {
+        self.flow.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn outbox(&self) -> MutexGuard<'_, VecDeque<Ready>> {
+        self.outbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the poll loop and [`Inner::drain`].
+    fn kick(&self) {
+        self.wake.notify_one();
+        self.slot_freed.notify_one();
+    }
+
+    /// Whether a finished result should ride on the next poll.
+    fn carrying(&self) -> bool {
+        self.results_on_poll.load(Ordering::SeqCst) && !self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Tokens of the tasks whose handlers still run.
+    fn running_tokens(&self) -> Vec<String> {
+        self.held()
+            .iter()
+            .filter(|(_, h)| !h.done)
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// How long a poll may wait at the server.
+    async fn wait_ms(&self) -> u64 {
+        let timeout_ms = self
+            .session
+            .lock()
+            .await
+            .as_ref()
+            .and_then(|s| s.session_timeout_ms);
+        self.wait_for(timeout_ms)
+    }
+
+    /// `poll_wait`, but never longer than half the session timeout.
+    fn wait_for(&self, session_timeout_ms: Option<u64>) -> u64 {
+        let mut wait_ms = u64::try_from(self.poll_wait.as_millis()).unwrap_or(u64::MAX);
+        if let Some(t) = session_timeout_ms {
+            wait_ms = wait_ms.min((t / 2).max(1));
+        }
+        wait_ms
+    }
+
+    /// Sends the next poll now if one is due and the session is known,
+    /// without waiting for the poll loop to wake up (one hop less between a
+    /// handler returning and its result leaving).
+    fn send_now(self: &Arc<Self>) {
+        if self.draining.load(Ordering::SeqCst) {
+            return;
+        }
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|s| (s.session_id.clone(), s.session_timeout_ms));
+        if let Some((session, timeout_ms)) = current {
+            let wait_ms = self.wait_for(timeout_ms);
+            self.send_next(&session, wait_ms);
+        }
+    }
+
+    /// Polls and starts tasks until refused for good. Each poll runs as its
+    /// own task (see [`Inner::exchange`]); this loop only decides when to
+    /// send one.
     async fn poll_loop(self: Arc<Self>) -> Result<(), Error> {
-        let mut failures = 0;
         loop {
-            let free = self.max_tasks.saturating_sub(self.held().len());
-            if free == 0 {
-                self.slot_freed.notified().await;
-                continue;
+            if let Some(e) = self.flow().fatal.take() {
+                return Err(e);
+            }
+            if !self.outbox().is_empty() {
+                // Let other handlers that finish right now join this batch.
+                tokio::task::yield_now().await;
             }
             let session = self.session_id().await?;
-            // Never park a poll for longer than half the session timeout.
-            let timeout_ms = self
-                .session
-                .lock()
-                .await
-                .as_ref()
-                .and_then(|s| s.session_timeout_ms);
-            let mut wait_ms = self.poll_wait.as_millis().min(u128::from(u64::MAX)) as u64;
-            if let Some(t) = timeout_ms {
-                wait_ms = wait_ms.min((t / 2).max(1));
-            }
-            let body = PollRequest {
-                max_tasks: Some(u32::try_from(free).unwrap_or(u32::MAX)),
-                wait_ms,
-                held: self.held_tokens(),
-            };
-            let request = self.request(
-                Method::Post,
-                format!("/v1/workers/{}/poll", segment(&session)),
-                Some(&body),
-                self.poll_wait + Duration::from_secs(15),
-            );
-            match self.call(request).await {
-                Answer::Ok(r) => {
-                    failures = 0;
-                    match serde_json::from_slice::<Polled>(&r.body) {
-                        Ok(polled) => {
-                            for task in polled.tasks {
-                                self.start(task);
-                            }
-                        }
-                        Err(e) => {
-                            failures += 1;
-                            tracing::warn!(error = %e, "unreadable poll answer");
-                            tokio::time::sleep(self.backoff.delay(failures)).await;
-                        }
-                    }
-                }
-                Answer::UnknownSession => {
-                    self.reregister(&session).await?;
-                }
-                Answer::Retry(why) => {
-                    failures += 1;
-                    tracing::warn!(%why, failures, "poll failed; retrying");
-                    tokio::time::sleep(self.backoff.delay(failures)).await;
-                }
-                Answer::Refused(e) => return Err(e),
+            let wait_ms = self.wait_ms().await;
+            if !self.send_next(&session, wait_ms) {
+                self.wake.notified().await;
             }
         }
+    }
+
+    /// Sends the next poll if one is due; false when there is nothing to do.
+    fn send_next(self: &Arc<Self>, session: &str, wait_ms: u64) -> bool {
+        let running = self.held().values().filter(|h| !h.done).count();
+        let mut flow = self.flow();
+        let free = self.max_tasks.saturating_sub(running + flow.reserved);
+        let mut outbox = self.outbox();
+        if !outbox.is_empty() && !flow.quick {
+            if free == 0 || !self.results_on_poll.load(Ordering::SeqCst) {
+                // No slot to ask for (or no polls to ride on): report these
+                // with the result call.
+                for ready in outbox.drain(..) {
+                    self.report_alone(ready.result);
+                }
+                return true;
+            }
+            let mut carried = Vec::new();
+            let mut bytes = 0;
+            while let Some(ready) = outbox.front() {
+                if carried.len() >= POLL_RESULTS_MAX
+                    || (!carried.is_empty() && bytes + ready.size > CARRY_BYTES_MAX)
+                {
+                    break;
+                }
+                bytes += ready.size;
+                if let Some(ready) = outbox.pop_front() {
+                    carried.push(ready.result);
+                }
+            }
+            drop(outbox);
+            let long = !flow.long;
+            if long {
+                flow.long = true;
+            } else {
+                flow.quick = true;
+            }
+            flow.reserved += free;
+            let wait = if long {
+                wait_ms.min(CARRY_WAIT_MS_MAX)
+            } else {
+                0
+            };
+            tokio::spawn(Arc::clone(self).exchange(session.to_owned(), carried, free, wait, long));
+            return true;
+        }
+        if outbox.is_empty() && !flow.long && free > 0 {
+            flow.long = true;
+            flow.reserved += free;
+            let call = tokio::spawn(Arc::clone(self).exchange(
+                session.to_owned(),
+                Vec::new(),
+                free,
+                wait_ms,
+                true,
+            ));
+            flow.long_abort = Some(call.abort_handle());
+            return true;
+        }
+        false
+    }
+
+    /// One poll: carries `carried` results, asks for `ask` tasks, starts
+    /// the tasks it gets and settles the results it carried.
+    async fn exchange(
+        self: Arc<Self>,
+        session: String,
+        carried: Vec<TaskResult>,
+        ask: usize,
+        wait_ms: u64,
+        long: bool,
+    ) {
+        let mut body = PollRequest {
+            max_tasks: Some(u32::try_from(ask).unwrap_or(u32::MAX)),
+            wait_ms,
+            held: self.running_tokens(),
+            results: carried,
+        };
+        let request = self.request(
+            Method::Post,
+            format!("/v1/workers/{}/poll", segment(&session)),
+            Some(&body),
+            Duration::from_millis(wait_ms) + Duration::from_secs(15),
+        );
+        let carried = std::mem::take(&mut body.results);
+        let answer = self.call(request).await;
+        let mut retry = Vec::new();
+        let mut failed = false;
+        match answer {
+            Answer::Ok(r) => match serde_json::from_slice::<Polled>(&r.body) {
+                Ok(polled) => {
+                    for task in polled.tasks {
+                        self.start(task);
+                    }
+                    retry = self.settle(carried, &polled.results);
+                    // Results the server could not record yet: back off.
+                    failed = !retry.is_empty();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "unreadable poll answer");
+                    failed = true;
+                    retry = carried;
+                }
+            },
+            Answer::UnknownSession(body) => {
+                // The results were still recorded: their answers ride on
+                // the error.
+                let answers = serde_json::from_slice::<ErrorBody>(&body)
+                    .ok()
+                    .and_then(|b| b.error.details.get("results").cloned())
+                    .and_then(|v| serde_json::from_value::<Vec<ResultAnswer>>(v).ok())
+                    .unwrap_or_default();
+                retry = self.settle(carried, &answers);
+                if let Err(e) = self.reregister(&session).await {
+                    self.flow().fatal = Some(e);
+                }
+            }
+            Answer::Retry(why) => {
+                tracing::warn!(%why, "poll failed; retrying");
+                failed = true;
+                retry = carried;
+            }
+            Answer::Refused(e) if carried.is_empty() => self.flow().fatal = Some(e),
+            Answer::Refused(e) => {
+                // A server that does not take results on polls: use the
+                // result call from now on.
+                if e.code() == Some("INVALID_REQUEST") {
+                    tracing::warn!(error = %e, "the server refused results on a poll; reporting them one by one");
+                    self.results_on_poll.store(false, Ordering::SeqCst);
+                }
+                for result in carried {
+                    self.report_alone(result);
+                }
+            }
+        }
+        let failures = {
+            let mut flow = self.flow();
+            if failed {
+                flow.failures += 1;
+            } else {
+                flow.failures = 0;
+            }
+            flow.failures
+        };
+        if failed {
+            // Back off before this poll's slot is free again.
+            tokio::time::sleep(self.backoff.delay(failures)).await;
+        }
+        if !retry.is_empty() {
+            let mut outbox = self.outbox();
+            for result in retry.into_iter().rev() {
+                let size = serde_json::to_vec(&result).map_or(0, |b| b.len());
+                outbox.push_front(Ready { result, size });
+            }
+        }
+        {
+            let mut flow = self.flow();
+            flow.reserved = flow.reserved.saturating_sub(ask);
+            if long {
+                flow.long = false;
+                flow.long_abort = None;
+            } else {
+                flow.quick = false;
+            }
+        }
+        self.send_now();
+        self.kick();
+    }
+
+    /// Settles the carried results by their answers (in order); returns
+    /// those to report again (a 5xx answer, or none).
+    fn settle(&self, carried: Vec<TaskResult>, answers: &[ResultAnswer]) -> Vec<TaskResult> {
+        let mut again = Vec::new();
+        for (i, result) in carried.into_iter().enumerate() {
+            let answer = answers
+                .get(i)
+                .filter(|a| a.token == result.token)
+                .or_else(|| answers.iter().find(|a| a.token == result.token));
+            match answer {
+                None => again.push(result),
+                Some(a) if a.retry() => {
+                    tracing::warn!(token = %result.token, status = a.status, "result not recorded yet; retrying");
+                    again.push(result);
+                }
+                Some(a) => {
+                    if a.accepted == Some(false) {
+                        tracing::info!(
+                            token = %result.token,
+                            reason = a.reason.as_deref().unwrap_or(""),
+                            "result not accepted (final)"
+                        );
+                    } else if a.accepted.is_none() {
+                        tracing::warn!(token = %result.token, status = a.status, "result refused by the server (final)");
+                    }
+                    self.finish(&result.token);
+                }
+            }
+        }
+        again
+    }
+
+    /// A result is settled: its slot is free.
+    fn finish(&self, token: &str) {
+        self.held().remove(token);
+        self.kick();
+    }
+
+    /// Reports one result with the result call, on a task of its own.
+    fn report_alone(self: &Arc<Self>, result: TaskResult) {
+        let inner = Arc::clone(self);
+        let token = result.token.clone();
+        let reporter = tokio::spawn(async move {
+            inner.report(&result.token, &result.outcome).await;
+            inner.finish(&result.token);
+        });
+        // A shutdown that gives up on the task stops its reporter too.
+        if let Some(entry) = self.held().get_mut(&token) {
+            entry.supervisor = reporter.abort_handle();
+        }
+    }
+
+    /// Queues a finished task's result for the next poll, and sends that
+    /// poll at once if it is due.
+    fn enqueue(self: &Arc<Self>, token: String, outcome: Outcome) {
+        if let Some(entry) = self.held().get_mut(&token) {
+            entry.done = true;
+        }
+        let result = TaskResult { token, outcome };
+        let size = serde_json::to_vec(&result).map_or(0, |b| b.len());
+        self.outbox().push_back(Ready { result, size });
+        self.send_now();
+        self.kick();
     }
 
     /// Runs a received task's handler and reports its outcome.
@@ -592,11 +926,15 @@ impl Inner {
             };
             if let Some(outcome) = outcome {
                 if stopped != Some(Stop::Abandoned) {
+                    if inner.carrying() {
+                        // Settled (and its slot freed) when a poll's answer
+                        // comes back.
+                        return inner.enqueue(token, outcome);
+                    }
                     inner.report(&token, &outcome).await;
                 }
             }
-            inner.held().remove(&token);
-            inner.slot_freed.notify_one();
+            inner.finish(&token);
         });
         held.insert(
             token,
@@ -604,6 +942,7 @@ impl Inner {
                 handler: Some(handler),
                 supervisor: supervisor.abort_handle(),
                 stopped: None,
+                done: false,
             },
         );
     }
@@ -649,7 +988,7 @@ impl Inner {
                     tracing::warn!(%token, %why, failures, "result delivery failed; retrying");
                     tokio::time::sleep(self.backoff.delay(failures)).await;
                 }
-                Answer::UnknownSession | Answer::Refused(_) => {
+                Answer::UnknownSession(_) | Answer::Refused(_) => {
                     tracing::warn!(%token, "result refused by the server (final)");
                     return;
                 }
@@ -658,10 +997,19 @@ impl Inner {
     }
 
     /// After shutdown: wait for held tasks (up to the grace), abandon the rest.
-    async fn drain(&self) {
+    async fn drain(self: &Arc<Self>) {
         let deadline = tokio::time::Instant::now() + self.shutdown_grace;
+        self.draining.store(true, Ordering::SeqCst);
+        if let Some(poll) = self.flow().long_abort.take() {
+            poll.abort();
+        }
         loop {
             let notified = self.slot_freed.notified();
+            // Results still waiting for a poll go by the result call.
+            let waiting: Vec<Ready> = self.outbox().drain(..).collect();
+            for ready in waiting {
+                self.report_alone(ready.result);
+            }
             if self.held().is_empty() {
                 return;
             }
@@ -681,6 +1029,7 @@ impl Inner {
 
     /// Ends the session (held tasks, if any, become uncertain at the server).
     async fn unregister(&self) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let Some(session) = self.session.lock().await.take() else {
             return;
         };

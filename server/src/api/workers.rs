@@ -53,31 +53,118 @@ pub async fn register(
     ))
 }
 
-/// Long-polls for tasks: `{"tasks": [...]}`.
+/// Long-polls for tasks: `{"tasks": [...]}`. A poll may carry results
+/// (`results`): they are recorded first, each exactly as the result
+/// endpoint records it, and answered in the reply's `results`.
 #[utoipa::path(post, path = "/v1/workers/{session}/poll", tag = "workers",
     request_body(content = PollRequest, description = "optional"),
     params(("session" = String, Path, description = "session id")),
-    responses((status = 200, description = "the tasks handed out (possibly none)", body = wire::Polled),
-              (status = 404, description = "`UNKNOWN_SESSION`: register again", body = wire::ErrorBody)))]
+    responses((status = 200, description = "the tasks handed out (possibly none) and, when the poll carried results, one answer per result", body = wire::Polled),
+              (status = 404, description = "`UNKNOWN_SESSION`: register again (results the poll carried were still recorded: their answers are in `error.results`)", body = wire::ErrorBody)))]
 pub async fn poll(
     State(state): State<AppState>,
+    caller: Option<axum::Extension<Caller>>,
     Path(session): Path<String>,
     OptionalJson(body): OptionalJson<PollRequest>,
 ) -> Result<Response, ApiError> {
     if body.max_tasks == Some(0) {
         return Err(ApiError::invalid("max_tasks must be at least 1"));
     }
-    Ok(respond(
-        state
-            .driver
-            .call(Request::Poll {
-                session_id: session,
-                max_tasks: body.max_tasks.map(|m| m.min(POLL_MAX_TASKS_MAX)),
-                wait_ms: body.wait_ms.min(POLL_WAIT_MS_MAX),
-                held: body.held,
+    // The whole body is checked before anything is recorded: a malformed
+    // result refuses the call and changes nothing.
+    if body.results.len() > wire::POLL_RESULTS_MAX {
+        return Err(ApiError::invalid(format!(
+            "a poll carries at most {} results",
+            wire::POLL_RESULTS_MAX
+        )));
+    }
+    let mut results = Vec::with_capacity(body.results.len());
+    for (i, r) in body.results.into_iter().enumerate() {
+        if !wire::text_ok(&r.token, wire::PATH_PARAM_MAX) {
+            return Err(ApiError::invalid(format!(
+                "results[{i}].token must be 1 to {} characters without control characters",
+                wire::PATH_PARAM_MAX
+            )));
+        }
+        let outcome = engine_outcome(r.outcome)
+            .map_err(|e| ApiError::invalid(format!("results[{i}]: {}", e.message)))?;
+        results.push((r.token, outcome));
+    }
+    // Each result goes to the engine as its own request, all at once (they
+    // commit together in the next group commit) and each is answered only
+    // after its commit; then the poll.
+    let patterns = caller
+        .filter(|c| c.role == Role::Worker)
+        .map(|c| c.0.task_patterns);
+    let answers = futures_util::future::join_all(results.into_iter().map(|(token, outcome)| {
+        let driver = &state.driver;
+        let patterns = patterns.clone();
+        async move {
+            let r = driver
+                .call(Request::Result {
+                    token: token.clone(),
+                    outcome,
+                    patterns,
+                })
+                .await;
+            result_answer(token, r)
+        }
+    }))
+    .await;
+    let mut polled = state
+        .driver
+        .call(Request::Poll {
+            session_id: session,
+            max_tasks: body.max_tasks.map(|m| m.min(POLL_MAX_TASKS_MAX)),
+            wait_ms: body.wait_ms.min(POLL_WAIT_MS_MAX),
+            held: body.held,
+        })
+        .await;
+    if !answers.is_empty() {
+        let slot = if (200..300).contains(&polled.status) {
+            polled.body.as_object_mut()
+        } else {
+            polled
+                .body
+                .get_mut("error")
+                .and_then(serde_json::Value::as_object_mut)
+        };
+        if let Some(obj) = slot {
+            obj.insert("results".into(), serde_json::Value::Array(answers));
+        }
+    }
+    Ok(respond(polled))
+}
+
+/// One carried result's answer: `{"token", "status", ...}` with the result
+/// endpoint's body (`accepted`, `reason`; or `error`).
+fn result_answer(token: String, r: orbit_core::engine::Response) -> serde_json::Value {
+    let mut answer = serde_json::Map::new();
+    answer.insert("token".into(), token.into());
+    answer.insert("status".into(), r.status.into());
+    if let serde_json::Value::Object(body) = r.body {
+        for (k, v) in body {
+            if matches!(k.as_str(), "accepted" | "reason" | "error") {
+                answer.insert(k, v);
+            }
+        }
+    }
+    serde_json::Value::Object(answer)
+}
+
+/// A reported outcome as the engine takes it (the error code checked).
+fn engine_outcome(outcome: wire::Outcome) -> Result<Outcome, ApiError> {
+    Ok(match outcome {
+        wire::Outcome::Output(output) => Outcome::Output(output),
+        wire::Outcome::Error(e) => {
+            check_text("error.code", &e.code, wire::NAME_MAX)?;
+            Outcome::Error(ErrorInfo {
+                code: e.code,
+                message: e.message.unwrap_or_default(),
+                retryable: e.retryable,
             })
-            .await,
-    ))
+        }
+    })
 }
 
 /// Keeps a session alive: `{"cancel": [tokens to stop]}`.
@@ -156,17 +243,7 @@ pub async fn result(
                 "a result has exactly one of `output` and `error`: {e}"
             ))
         })?;
-    let outcome = match outcome {
-        wire::Outcome::Output(output) => Outcome::Output(output),
-        wire::Outcome::Error(e) => {
-            check_text("error.code", &e.code, wire::NAME_MAX)?;
-            Outcome::Error(ErrorInfo {
-                code: e.code,
-                message: e.message.unwrap_or_default(),
-                retryable: e.retryable,
-            })
-        }
-    };
+    let outcome = engine_outcome(outcome)?;
     Ok(respond(
         state
             .driver

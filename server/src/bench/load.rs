@@ -1,17 +1,20 @@
 //! The load: starters that keep `concurrency` executions in flight (each
 //! starts one, waits for it to finish, starts the next), and worker sessions
-//! that long-poll for tasks and post results over real HTTP, timing both
-//! execution latency and the result → next-task hand-off.
+//! of the Rust SDK ([`orbit_sdk::Worker`]) over real HTTP, timing execution
+//! latency and the hand-off from one step's handler returning to the next
+//! step's handler starting, and counting the workers' HTTP requests.
 
 use super::report::{Percentiles, Report};
 use super::workload;
 use super::{BenchError, Config};
+use orbit_sdk::{
+    BoxFuture, HttpRequest, HttpResponse, ReqwestTransport, Task, Transport, TransportError, Worker,
+};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
 
 /// State shared by starters, workers and the progress printer.
 #[derive(Default)]
@@ -21,7 +24,9 @@ struct Shared {
     errors: AtomicU64,
     steps: AtomicU64,
     stop: AtomicBool,
-    /// Execution id → when the result of its previous step was sent.
+    /// HTTP requests the workers sent.
+    worker_requests: AtomicU64,
+    /// Execution id → when the handler of its previous step returned.
     handoff: Mutex<HashMap<String, Instant>>,
     execution_samples: Mutex<Vec<Duration>>,
     step_samples: Mutex<Vec<Duration>>,
@@ -83,10 +88,17 @@ pub async fn run(config: &Config, base: &str, backend: &str) -> Result<Report, B
 
     let mut workers = Vec::new();
     for i in 0..config.workers {
-        let (http, base, shared) = (http.clone(), base.to_owned(), shared.clone());
-        let (capacity, wait_ms) = (config.worker_concurrency.max(1), config.poll_wait_ms);
+        let worker = worker(config, base, &shared, format!("bench-{i}"))?;
+        let shared = shared.clone();
         workers.push(tokio::spawn(async move {
-            worker(http, base, shared, format!("bench-{i}"), capacity, wait_ms).await
+            let stopped = async {
+                while !shared.stop.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            if let Err(e) = worker.run(stopped).await {
+                tracing::warn!(error = %e, "worker refused");
+            }
         }));
     }
 
@@ -125,6 +137,8 @@ pub async fn run(config: &Config, base: &str, backend: &str) -> Result<Report, B
     }
 
     let completed = shared.completed.load(Ordering::SeqCst);
+    let steps = shared.steps.load(Ordering::SeqCst);
+    let worker_requests = shared.worker_requests.load(Ordering::SeqCst);
     let secs = elapsed.as_secs_f64().max(1e-9);
     let mut execution_samples = std::mem::take(&mut *lock(&shared.execution_samples));
     let mut step_samples = std::mem::take(&mut *lock(&shared.step_samples));
@@ -139,10 +153,14 @@ pub async fn run(config: &Config, base: &str, backend: &str) -> Result<Report, B
         worker_concurrency: config.worker_concurrency,
         rate: config.rate,
         elapsed_s: (secs * 1000.0).round() / 1000.0,
-        steps_per_s: (shared.steps.load(Ordering::SeqCst) as f64 / secs).round(),
+        steps_per_s: (steps as f64 / secs).round(),
         executions_per_s: (completed as f64 / secs * 10.0).round() / 10.0,
         execution_latency_ms: Percentiles::of(&mut execution_samples),
         step_latency_ms: Percentiles::of(&mut step_samples),
+        legacy_results: config.legacy_results,
+        worker_requests,
+        worker_requests_per_step: (worker_requests as f64 / steps.max(1) as f64 * 1000.0).round()
+            / 1000.0,
     })
 }
 
@@ -258,156 +276,50 @@ async fn wait_terminal(http: &reqwest::Client, base: &str, id: &str) -> Result<S
     }
 }
 
-async fn register(
-    http: &reqwest::Client,
-    base: &str,
-    name: &str,
-    capacity: u32,
-) -> Result<String, String> {
-    let body = json!({"worker_id": name, "task_patterns": ["bench.*"], "max_tasks": capacity});
-    let v = call(
-        http,
-        reqwest::Method::POST,
-        format!("{base}/v1/workers"),
-        Some(&body),
-    )
-    .await?;
-    v.get("session_id")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| format!("register answered {v}"))
-}
-
-/// One worker session: polls for as many tasks as it has free slots, and
-/// answers each task (output `n + 1`) on a task of its own.
-async fn worker(
-    http: reqwest::Client,
-    base: String,
+/// A transport that counts the requests it sends.
+struct Counting {
+    inner: ReqwestTransport,
     shared: Arc<Shared>,
-    name: String,
-    capacity: u32,
-    wait_ms: u64,
-) {
-    let free = Arc::new(AtomicUsize::new(capacity as usize));
-    let freed = Arc::new(Notify::new());
-    let mut session: Option<String> = None;
-    while !shared.stop.load(Ordering::SeqCst) {
-        let sid = match &session {
-            Some(s) => s.clone(),
-            None => match register(&http, &base, &name, capacity).await {
-                Ok(s) => {
-                    session = Some(s.clone());
-                    s
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "register failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let want = free.load(Ordering::SeqCst);
-        if want == 0 {
-            let _ = tokio::time::timeout(Duration::from_millis(100), freed.notified()).await;
-            continue;
-        }
-        let body = json!({"max_tasks": want, "wait_ms": wait_ms});
-        let polled = call(
-            &http,
-            reqwest::Method::POST,
-            format!("{base}/v1/workers/{sid}/poll"),
-            Some(&body),
-        )
-        .await;
-        let tasks = match polled {
-            Ok(v) => v
-                .get("tasks")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-            Err(e) => {
-                if e.contains("UNKNOWN_SESSION") {
-                    session = None;
-                } else if !shared.stop.load(Ordering::SeqCst) {
-                    tracing::warn!(error = %e, "poll failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                continue;
-            }
-        };
-        let now = Instant::now();
-        for task in tasks {
-            let execution = task
-                .get("execution_id")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if let Some(sent) = lock(&shared.handoff).remove(execution) {
-                lock(&shared.step_samples).push(now.duration_since(sent));
-            }
-            free.fetch_sub(1, Ordering::SeqCst);
-            let (http, base, shared, free, freed) = (
-                http.clone(),
-                base.clone(),
-                shared.clone(),
-                free.clone(),
-                freed.clone(),
-            );
-            tokio::spawn(async move {
-                answer(&http, &base, &shared, &task).await;
-                free.fetch_add(1, Ordering::SeqCst);
-                freed.notify_one();
-            });
-        }
-    }
-    if let Some(sid) = session {
-        let _ = call(
-            &http,
-            reqwest::Method::DELETE,
-            format!("{base}/v1/workers/{sid}"),
-            None,
-        )
-        .await;
+}
+
+impl Transport for Counting {
+    fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+        self.shared.worker_requests.fetch_add(1, Ordering::Relaxed);
+        self.inner.send(request)
     }
 }
 
-async fn answer(http: &reqwest::Client, base: &str, shared: &Shared, task: &Value) {
-    let Some(token) = task.get("token").and_then(Value::as_str) else {
-        return;
+/// One worker session of the Rust SDK: answers each task with `n + 1`,
+/// timing the hand-off from the previous step of the same execution.
+fn worker(
+    config: &Config,
+    base: &str,
+    shared: &Arc<Shared>,
+    name: String,
+) -> Result<Worker, BenchError> {
+    let transport = Counting {
+        inner: ReqwestTransport::new(base).map_err(|e| BenchError::Server(e.to_string()))?,
+        shared: shared.clone(),
     };
-    let execution = task
-        .get("execution_id")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    let n = task
-        .pointer("/input/n")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let body = json!({"output": {"n": n + 1}});
-    for attempt in 0..5u32 {
-        lock(&shared.handoff).insert(execution.clone(), Instant::now());
-        let posted = call(
-            http,
-            reqwest::Method::POST,
-            format!("{base}/v1/tasks/{token}/result"),
-            Some(&body),
-        )
-        .await;
-        match posted {
-            Ok(v) => {
-                if v.get("accepted").and_then(Value::as_bool) == Some(true) {
-                    shared.steps.fetch_add(1, Ordering::SeqCst);
-                } else {
-                    tracing::warn!(answer = %v, "result not accepted");
-                    lock(&shared.handoff).remove(&execution);
+    let handler_shared = shared.clone();
+    Ok(Worker::builder(name)
+        .patterns(vec!["bench.*".into()])
+        .max_tasks(config.worker_concurrency.max(1) as usize)
+        .poll_wait(Duration::from_millis(config.poll_wait_ms))
+        .results_on_poll(!config.legacy_results)
+        .shutdown_grace(Duration::from_secs(5))
+        .handler(workload::TASK, move |task: Task| {
+            let shared = handler_shared.clone();
+            async move {
+                let begun = Instant::now();
+                if let Some(sent) = lock(&shared.handoff).remove(&task.execution_id) {
+                    lock(&shared.step_samples).push(begun.duration_since(sent));
                 }
-                return;
+                let n = task.input.get("n").and_then(Value::as_i64).unwrap_or(0);
+                shared.steps.fetch_add(1, Ordering::SeqCst);
+                lock(&shared.handoff).insert(task.execution_id, Instant::now());
+                Ok(json!({"n": n + 1}))
             }
-            Err(e) => {
-                tracing::warn!(error = %e, attempt, "result failed");
-                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-            }
-        }
-    }
-    lock(&shared.handoff).remove(&execution);
+        })
+        .build(Arc::new(transport)))
 }

@@ -44,6 +44,9 @@ pub struct Config {
     pub poll_wait_ms: u64,
     /// Execution starts per second (`None`: as fast as the loop allows).
     pub rate: Option<f64>,
+    /// Workers report each result with its own call (the protocol before
+    /// results rode on polls), for comparison.
+    pub legacy_results: bool,
     /// Print progress to stderr every second.
     pub progress: bool,
 }
@@ -60,6 +63,7 @@ impl Default for Config {
             worker_concurrency: 64,
             poll_wait_ms: 1_000,
             rate: None,
+            legacy_results: false,
             progress: false,
         }
     }

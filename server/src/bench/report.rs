@@ -74,8 +74,18 @@ pub struct Report {
     pub executions_per_s: f64,
     /// Start request sent → execution seen completed.
     pub execution_latency_ms: Percentiles,
-    /// Result sent → the execution's next task handed to a worker.
+    /// A step's handler returned → the execution's next step's handler
+    /// started (the result's commit, the next step's dispatch, and the
+    /// HTTP in between).
     pub step_latency_ms: Percentiles,
+    /// Whether the workers reported each result with its own call
+    /// (`--legacy-results`) instead of on their polls.
+    pub legacy_results: bool,
+    /// HTTP requests the workers sent (register, polls, results,
+    /// heartbeats, unregister).
+    pub worker_requests: u64,
+    /// `worker_requests` per task step.
+    pub worker_requests_per_step: f64,
 }
 
 impl Report {
@@ -87,7 +97,8 @@ impl Report {
             "orbit bench: backend={} executions={} concurrency={} steps={} workers={} | \
              {:.0} steps/s, {:.1} executions/s in {:.2}s | \
              execution p50={:.2}ms p90={:.2}ms p99={:.2}ms | \
-             step p50={:.2}ms p90={:.2}ms p99={:.2}ms | errors={}",
+             step p50={:.2}ms p90={:.2}ms p99={:.2}ms | \
+             worker requests/step={:.3}{} | errors={}",
             self.backend,
             self.executions,
             self.concurrency,
@@ -102,6 +113,12 @@ impl Report {
             s.p50,
             s.p90,
             s.p99,
+            self.worker_requests_per_step,
+            if self.legacy_results {
+                " (legacy results)"
+            } else {
+                ""
+            },
             self.errors,
         )
     }

@@ -73,6 +73,11 @@ pub struct Args {
     /// Execution starts per second (default: as fast as the concurrency allows).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Chain: the workers report each result with its own
+    /// `POST /v1/tasks/{token}/result` instead of on their polls (the
+    /// protocol before results rode on polls), for comparison.
+    #[arg(long)]
+    pub legacy_results: bool,
     /// In-process server: cap on running executions (`--max-active-executions`).
     #[arg(long)]
     pub max_active_executions: Option<u64>,
@@ -213,6 +218,7 @@ fn chain_config(args: Args) -> (Config, driver::Options) {
         worker_concurrency: args.worker_concurrency,
         poll_wait_ms: args.poll_wait_ms,
         rate: args.rate,
+        legacy_results: args.legacy_results,
         progress: !args.quiet,
     };
     let options = driver::Options {

@@ -63,6 +63,8 @@ pub struct FlakyStore {
     pub commit_delay_ms: AtomicU64,
     /// When set, `idempotency` reads fail.
     pub fail_idempotency_reads: AtomicBool,
+    /// When set, commits fail (`Unavailable`: nothing applied).
+    pub fail_commits: AtomicBool,
 }
 
 #[async_trait]
@@ -71,6 +73,9 @@ impl Storage for FlakyStore {
         let delay = self.commit_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if self.fail_commits.load(Ordering::SeqCst) {
+            return Err(StorageError::Unavailable("injected commit failure".into()));
         }
         self.inner.commit(tx).await
     }
@@ -172,6 +177,7 @@ impl Harness {
             inner,
             commit_delay_ms: AtomicU64::new(0),
             fail_idempotency_reads: AtomicBool::new(false),
+            fail_commits: AtomicBool::new(false),
         });
         let driver = Driver::start(store.clone(), driver_options).await.unwrap();
         let router = api::app_with(AppState::new(driver.clone()), options);

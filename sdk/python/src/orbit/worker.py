@@ -10,6 +10,14 @@ Rules it follows (``api.md``, seed ``003``):
   tasks; a handler that stops reports ``CANCELLED`` (raise :class:`Cancelled`).
 * Results are retried with capped backoff on connection errors and 5xx
   until the server answers; ``accepted: false`` is final and not retried.
+* One request per step: by default a finished task's result rides on the
+  next poll (``results`` in its body), sent at once and asking for as many
+  tasks as there are free slots. That poll waits at the server only when no
+  other poll is waiting there (``wait_ms: 0`` otherwise), so a result never
+  queues behind a parked long poll; results that finish while it is in
+  flight go out together on the next one. ``results_on_poll=False`` (and a
+  worker shutting down) reports each result with its own
+  ``POST /v1/tasks/{token}/result``.
 * ``404 UNKNOWN_SESSION`` makes the worker register again; ``503 NOT_LEADER``
   makes it move to the leader the answer names.
 * Shutdown (:meth:`Worker.stop`, or the ``stop`` event given to
@@ -161,6 +169,7 @@ class Worker:
         heartbeat_interval: float | None = None,
         shutdown_grace: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        results_on_poll: bool = True,
     ) -> None:
         self.server = server.rstrip("/")
         #: The server configured; a followed leader that cannot be reached
@@ -181,6 +190,23 @@ class Worker:
         self._stop: asyncio.Event | None = None
         self._slot: asyncio.Event | None = None
         self._http: httpx.AsyncClient | None = None
+        #: Whether results ride on polls (turned off if the server refuses them).
+        self.results_on_poll = results_on_poll
+        #: HTTP requests sent (for benchmarks and tests).
+        self.requests = 0
+        # Finished results waiting for a poll: (token, outcome, settled), where
+        # ``settled`` resolves True once the server answered the result, False
+        # when it must be reported with the result call instead.
+        self._outbox: list[tuple[str, dict[str, Any], asyncio.Future[bool]]] = []
+        self._done: set[str] = set()
+        self._wake: asyncio.Event | None = None
+        self._long = False
+        self._quick = False
+        self._reserved = 0
+        self._failures = 0
+        self._fatal: BaseException | None = None
+        self._long_poll: asyncio.Task[None] | None = None
+        self._exchanges: set[asyncio.Task[None]] = set()
 
     # --- handlers ---------------------------------------------------------------------
 
@@ -232,6 +258,11 @@ class Worker:
             raise ValueError("register at least one handler before running the worker")
         self._stop = stop or asyncio.Event()
         self._slot = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._long = self._quick = False
+        self._reserved = self._failures = 0
+        self._fatal = None
+        self._outbox = []
         self._http = httpx.AsyncClient(transport=self._transport)
         heartbeats: asyncio.Task[None] | None = None
         try:
@@ -240,6 +271,10 @@ class Worker:
             await self._poll_loop()
         finally:
             await self._drain()
+            for exchange in list(self._exchanges):
+                exchange.cancel()
+            if self._exchanges:
+                await asyncio.wait(set(self._exchanges), timeout=5.0)
             if heartbeats is not None:
                 heartbeats.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -260,6 +295,7 @@ class Worker:
         """One request; raises ApiError for an error answer, TransportError when none
         came. Follows NOT_LEADER by switching servers."""
         assert self._http is not None
+        self.requests += 1
         try:
             r = await self._http.request(
                 method, self.server + path, json=body, headers=self._headers(), timeout=timeout
@@ -328,58 +364,190 @@ class Worker:
     # --- polling ----------------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
+        """Decides when to poll; each poll runs as a task of its own
+        (:meth:`_exchange`)."""
         assert self._stop is not None
-        assert self._slot is not None
-        delay = 0.1
-        while not self._stopping():
-            free = self.max_tasks - len(self._held)
-            if free <= 0:
-                self._slot.clear()
-                stop = asyncio.create_task(self._stop.wait())
-                slot = asyncio.create_task(self._slot.wait())
-                await asyncio.wait({stop, slot}, return_when=asyncio.FIRST_COMPLETED)
-                stop.cancel()
-                slot.cancel()
-                continue
-            wait_ms = int(self.poll_wait * 1000)
-            wait_ms = max(0, min(wait_ms, self._session_timeout_ms // 2))
-            poll = asyncio.create_task(self._poll(free, wait_ms))
-            stop = asyncio.create_task(self._stop.wait())
-            await asyncio.wait({poll, stop}, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            if not poll.done():
-                # Shutting down: tasks the server hands to this dropped poll are
-                # delivered again once the session ends.
-                poll.cancel()
-                with contextlib.suppress(asyncio.CancelledError, TransportError, ApiError):
-                    await poll
-                return
-            try:
-                tasks = poll.result()
-            except UnknownSession:
-                log.info("session expired; registering again")
-                await self._register()
-                continue
-            except (TransportError, ApiError) as e:
-                if isinstance(e, ApiError) and not (e.retryable or e.status >= 500):
-                    raise
-                if isinstance(e, NotLeader):
+        assert self._wake is not None
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            while not self._stopping():
+                if self._fatal is not None:
+                    raise self._fatal
+                if self._session is None:
                     await self._register()
                     continue
-                log.warning("poll failed (%s); retrying", e)
-                await self._sleep_or_stop(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            delay = 0.1
-            for raw in tasks:
-                self._start(Task.from_json(raw))
+                if self._outbox:
+                    # Let other handlers that finish right now join this batch.
+                    await asyncio.sleep(0)
+                if self._send_next():
+                    continue
+                self._wake.clear()
+                wake = asyncio.create_task(self._wake.wait())
+                await asyncio.wait({stop, wake}, return_when=asyncio.FIRST_COMPLETED)
+                wake.cancel()
+        finally:
+            stop.cancel()
+            # Shutting down: tasks the server hands to a dropped long poll are
+            # delivered again once the session ends; results still waiting go by
+            # the result call.
+            if self._long_poll is not None and not self._long_poll.done():
+                self._long_poll.cancel()
+            self._release_outbox()
 
-    async def _poll(self, max_tasks: int, wait_ms: int) -> list[dict[str, Any]]:
-        assert self._session is not None
-        body = {"max_tasks": max_tasks, "wait_ms": wait_ms, "held": list(self._held)}
-        path = f"/v1/workers/{quote(self._session, safe='')}/poll"
-        answer = await self._call("POST", path, body, timeout=wait_ms / 1000 + 15.0)
-        return list(answer.get("tasks") or [])
+    def _release_outbox(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        for _, _, settled in outbox:
+            if not settled.done():
+                settled.set_result(False)
+
+    def _send_next(self) -> bool:
+        if self._session is None:
+            return False
+        session = self._session
+        running = len(self._held) - len(self._done)
+        free = self.max_tasks - running - self._reserved
+        wait_ms = int(self.poll_wait * 1000)
+        wait_ms = max(0, min(wait_ms, self._session_timeout_ms // 2))
+        if self._outbox and not self._quick:
+            if free <= 0 or not self.results_on_poll:
+                self._release_outbox()
+                return True
+            carried = self._outbox[:1000]
+            del self._outbox[:1000]
+            long = not self._long
+            wait = min(wait_ms, 1000) if long else 0
+            self._spawn(session, carried, free, wait, long)
+            return True
+        if not self._outbox and not self._long and free > 0:
+            self._long_poll = self._spawn(session, [], free, wait_ms, True)
+            return True
+        return False
+
+    def _spawn(
+        self,
+        session: str,
+        carried: list[tuple[str, dict[str, Any], asyncio.Future[bool]]],
+        ask: int,
+        wait_ms: int,
+        long: bool,
+    ) -> asyncio.Task[None]:
+        if long:
+            self._long = True
+        else:
+            self._quick = True
+        self._reserved += ask
+        task = asyncio.create_task(self._exchange(session, carried, ask, wait_ms, long))
+        self._exchanges.add(task)
+        task.add_done_callback(self._exchanges.discard)
+        return task
+
+    async def _exchange(
+        self,
+        session: str,
+        carried: list[tuple[str, dict[str, Any], asyncio.Future[bool]]],
+        ask: int,
+        wait_ms: int,
+        long: bool,
+    ) -> None:
+        """One poll: carries ``carried`` results, asks for ``ask`` tasks, starts the
+        tasks it gets and settles the results it carried."""
+        retry: list[tuple[str, dict[str, Any], asyncio.Future[bool]]] = []
+        failed = False
+        try:
+            body: dict[str, Any] = {
+                "max_tasks": ask,
+                "wait_ms": wait_ms,
+                "held": [t for t in self._held if t not in self._done],
+            }
+            if carried:
+                body["results"] = [{"token": t, **outcome} for t, outcome, _ in carried]
+            path = f"/v1/workers/{quote(session, safe='')}/poll"
+            try:
+                answer = await self._call("POST", path, body, timeout=wait_ms / 1000 + 15.0)
+            except UnknownSession as e:
+                retry = self._settle(carried, e.details.get("results"))
+                if not self._stopping() and self._session == session:
+                    log.info("session expired; registering again")
+                    self._session = None
+                return
+            except NotLeader:
+                retry = carried
+                if self._session == session:
+                    self._session = None
+                return
+            except ApiError as e:
+                if e.retryable or e.status >= 500:
+                    log.warning("poll failed (%s); retrying", e)
+                    failed, retry = True, carried
+                    return
+                if not carried:
+                    self._fatal = e
+                    return
+                if e.code == "INVALID_REQUEST":
+                    log.warning("the server refused results on a poll (%s); reporting alone", e)
+                    self.results_on_poll = False
+                for _, _, settled in carried:
+                    if not settled.done():
+                        settled.set_result(False)
+                return
+            except TransportError as e:
+                log.warning("poll failed (%s); retrying", e)
+                failed, retry = True, carried
+                return
+            for raw in answer.get("tasks") or []:
+                self._start(Task.from_json(raw))
+            retry = self._settle(carried, answer.get("results"))
+            # Results the server could not record yet: back off.
+            failed = bool(retry)
+        except Exception:
+            log.exception("unreadable poll answer; retrying")
+            failed, retry = True, [c for c in carried if not c[2].done()]
+        finally:
+            self._failures = self._failures + 1 if failed else 0
+            if failed and not self._stopping():
+                await self._sleep_or_stop(min(0.1 * 2 ** (self._failures - 1), 5.0))
+            if retry:
+                if self._stopping():
+                    for _, _, settled in retry:
+                        if not settled.done():
+                            settled.set_result(False)
+                else:
+                    self._outbox[:0] = retry
+            self._reserved -= ask
+            if long:
+                self._long = False
+            else:
+                self._quick = False
+            if self._wake is not None:
+                self._wake.set()
+
+    def _settle(
+        self,
+        carried: list[tuple[str, dict[str, Any], asyncio.Future[bool]]],
+        answers: Any,
+    ) -> list[tuple[str, dict[str, Any], asyncio.Future[bool]]]:
+        """Settles carried results by their answers (in order); returns those to
+        report again (a 5xx answer, or none)."""
+        answers = answers if isinstance(answers, list) else []
+        again = []
+        for i, item in enumerate(carried):
+            token, _, settled = item
+            answer = answers[i] if i < len(answers) else None
+            if not isinstance(answer, dict) or answer.get("token") != token:
+                answer = next(
+                    (a for a in answers if isinstance(a, dict) and a.get("token") == token), None
+                )
+            status = int(answer.get("status", 0)) if answer is not None else 0
+            if answer is None or status == 429 or status >= 500:
+                again.append(item)
+                continue
+            if status != 200:
+                log.error("result for %s refused: %s", token, answer.get("error"))
+            elif not answer.get("accepted", False):
+                log.info("result for %s not used: %s", token, answer.get("reason"))
+            if not settled.done():
+                settled.set_result(True)
+        return again
 
     # --- heartbeats -------------------------------------------------------------------
 
@@ -446,11 +614,26 @@ class Worker:
             log.exception("handler of %s failed", task.task_name)
             outcome = {"error": TaskError("HANDLER_ERROR", repr(e)[:1000]).to_json()}
         try:
-            await self._report(task.token, outcome)
+            if await self._on_next_poll(task.token, outcome) is False:
+                await self._report(task.token, outcome)
         finally:
             self._held.pop(task.token, None)
+            self._done.discard(task.token)
             if self._slot is not None:
                 self._slot.set()
+            if self._wake is not None:
+                self._wake.set()
+
+    async def _on_next_poll(self, token: str, outcome: dict[str, Any]) -> bool:
+        """Queues a result for the next poll and waits for its answer; False when it
+        must be reported with the result call instead."""
+        if not self.results_on_poll or self._stopping() or self._wake is None:
+            return False
+        settled: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._done.add(token)
+        self._outbox.append((token, outcome, settled))
+        self._wake.set()
+        return await settled
 
     async def _report(self, token: str, outcome: dict[str, Any]) -> None:
         """Reports until the server answers (non-5xx); ``accepted: false`` is final."""
