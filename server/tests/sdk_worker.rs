@@ -428,9 +428,8 @@ async fn a_finished_handler_on_the_cancel_list_reports_its_output() {
     handle.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn max_tasks_bounds_concurrency_and_polls_ask_only_for_free_slots() {
-    let proto = Arc::new(Proto::default());
+/// A fake server holding six `demo.work` tasks, `tok-0` … `tok-5`.
+async fn six_tasks(proto: &Arc<Proto>) -> Fake {
     for i in 0..6 {
         proto
             .tasks
@@ -438,24 +437,51 @@ async fn max_tasks_bounds_concurrency_and_polls_ask_only_for_free_slots() {
             .unwrap()
             .push_back(task(&format!("tok-{i}"), "demo.work"));
     }
-    let fake = fake(&proto).await;
+    fake(proto).await
+}
+
+/// A worker running at most two tasks at once, each taking `ms`, and the
+/// peak number it ran together.
+fn two_at_a_time(builder: WorkerBuilder, fake: &Fake, ms: u64) -> (Worker, Arc<AtomicUsize>) {
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
-    let worker = builder("w-1")
+    let worker = builder
         .max_tasks(2)
         .handler("demo.work", move |_t: Task| {
             let (running, peak) = (Arc::clone(&r), Arc::clone(&p));
             async move {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
                 running.fetch_sub(1, Ordering::SeqCst);
                 Ok(json!(null))
             }
         })
         .connect(&fake.url())
         .unwrap();
+    (worker, peak)
+}
+
+/// Every poll asked for at least one task and never more than the free
+/// slots of a worker of `max_tasks`.
+fn assert_polls_ask_only_for_free_slots(fake: &Fake, max_tasks: usize) {
+    for poll in fake.matching("POST", "/v1/workers/s1/poll") {
+        let asked = poll.body["max_tasks"].as_u64().unwrap() as usize;
+        let held = poll.body["held"].as_array().unwrap().len();
+        assert!(
+            asked >= 1 && asked + held <= max_tasks,
+            "poll {:?}",
+            poll.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn max_tasks_bounds_concurrency_and_polls_ask_only_for_free_slots() {
+    let proto = Arc::new(Proto::default());
+    let fake = six_tasks(&proto).await;
+    let (worker, peak) = two_at_a_time(builder("w-1"), &fake, 200);
     let (stop, handle) = spawn(worker);
     fake.until("six results", |r| {
         r.iter()
@@ -465,11 +491,7 @@ async fn max_tasks_bounds_concurrency_and_polls_ask_only_for_free_slots() {
     })
     .await;
     assert_eq!(peak.load(Ordering::SeqCst), 2);
-    for poll in fake.matching("POST", "/v1/workers/s1/poll") {
-        let asked = poll.body["max_tasks"].as_u64().unwrap() as usize;
-        let held = poll.body["held"].as_array().unwrap().len();
-        assert!(asked >= 1 && asked + held <= 2, "poll {:?}", poll.body);
-    }
+    assert_polls_ask_only_for_free_slots(&fake, 2);
     assert_eq!(fake.matching("POST", "/v1/workers")[0].body["max_tasks"], 2);
     stop.send(()).unwrap();
     handle.await.unwrap().unwrap();
@@ -685,31 +707,8 @@ async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
 #[tokio::test]
 async fn max_tasks_bounds_concurrency_with_results_on_polls() {
     let proto = Arc::new(Proto::default());
-    for i in 0..6 {
-        proto
-            .tasks
-            .lock()
-            .unwrap()
-            .push_back(task(&format!("tok-{i}"), "demo.work"));
-    }
-    let fake = fake(&proto).await;
-    let running = Arc::new(AtomicUsize::new(0));
-    let peak = Arc::new(AtomicUsize::new(0));
-    let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
-    let worker = on_poll("w-1")
-        .max_tasks(2)
-        .handler("demo.work", move |_t: Task| {
-            let (running, peak) = (Arc::clone(&r), Arc::clone(&p));
-            async move {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                peak.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                Ok(json!(null))
-            }
-        })
-        .connect(&fake.url())
-        .unwrap();
+    let fake = six_tasks(&proto).await;
+    let (worker, peak) = two_at_a_time(on_poll("w-1"), &fake, 100);
     let (stop, handle) = spawn(worker);
     fake.until("six carried results", |_| carried(&fake).len() >= 6)
         .await;
@@ -724,11 +723,7 @@ async fn max_tasks_bounds_concurrency_with_results_on_polls() {
         ["tok-0", "tok-1", "tok-2", "tok-3", "tok-4", "tok-5"]
     );
     assert!(results(&fake).is_empty());
-    for poll in fake.matching("POST", "/v1/workers/s1/poll") {
-        let asked = poll.body["max_tasks"].as_u64().unwrap() as usize;
-        let held = poll.body["held"].as_array().unwrap().len();
-        assert!(asked >= 1 && asked + held <= 2, "poll {:?}", poll.body);
-    }
+    assert_polls_ask_only_for_free_slots(&fake, 2);
     stop.send(()).unwrap();
     handle.await.unwrap().unwrap();
 }
