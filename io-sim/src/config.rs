@@ -262,6 +262,8 @@ pub struct SimConfig {
     pub cluster_nodes: usize,
     /// The cluster's `--node-timeout`, in ms.
     pub node_timeout_ms: Millis,
+    /// The server's `--idle-evict`, in ms (`None`: off).
+    pub idle_evict_ms: Option<Millis>,
 }
 
 fn p(rng: &mut SimRng, max: f64) -> f64 {
@@ -299,6 +301,7 @@ impl SimConfig {
             commits_in_flight: 2,
             cluster_nodes: 1,
             node_timeout_ms: 5_000,
+            idle_evict_ms: Some(orbit_core::engine::IDLE_EVICT_MS),
         };
         let f = &mut c.faults;
         f.net_delay_ms_max = rng.between(1, 200);
@@ -501,6 +504,14 @@ impl SimConfig {
             f.net_partition_probability = p(&mut rng, 0.3);
             c.commits_in_flight = rng.between(1, 3) as usize;
         }
+        // Drawn after everything else: eviction of idle executions, from
+        // off to eager (an execution leaves memory the moment it waits).
+        c.idle_evict_ms = match rng.between(0, 3) {
+            0 => None,
+            1 => Some(rng.between(0, 10) * 100),
+            2 => Some(rng.between(1, 10) * 1000),
+            _ => Some(orbit_core::engine::IDLE_EVICT_MS),
+        };
         c
     }
 
@@ -545,6 +556,10 @@ impl fmt::Display for SimConfig {
         }
         writeln!(f, "idempotency_ttl_ms = {}", self.idempotency_ttl_ms)?;
         writeln!(f, "commits_in_flight = {}", self.commits_in_flight)?;
+        match self.idle_evict_ms {
+            Some(ms) => writeln!(f, "idle_evict_ms = {ms}")?,
+            None => writeln!(f, "idle_evict_ms = none")?,
+        }
         if self.cluster_nodes > 1 {
             writeln!(f, "cluster_nodes = {}", self.cluster_nodes)?;
             writeln!(f, "node_timeout_ms = {}", self.node_timeout_ms)?;

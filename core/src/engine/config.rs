@@ -20,7 +20,14 @@ pub struct Config {
     /// batch (the most recent ones); older ones are read back from the
     /// store when a command names them.
     pub finished_cache: usize,
+    /// `--idle-evict`: a running execution that has waited this long for
+    /// nothing but time or a command leaves memory (see `idle`); `None`
+    /// keeps every live execution in memory.
+    pub idle_evict_ms: Option<Millis>,
 }
+
+/// Default [`Config::idle_evict_ms`]: one minute.
+pub const IDLE_EVICT_MS: Millis = 60_000;
 
 /// Default [`Config::finished_cache`].
 pub const FINISHED_CACHE: usize = 1000;
@@ -33,6 +40,7 @@ impl Default for Config {
             idempotency_ttl_ms: 24 * 60 * 60 * 1000,
             epoch: None,
             finished_cache: FINISHED_CACHE,
+            idle_evict_ms: Some(IDLE_EVICT_MS),
         }
     }
 }

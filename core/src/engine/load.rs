@@ -160,19 +160,27 @@ impl Engine {
                 // Created or installed meanwhile: memory is newer.
                 continue;
             }
+            // Forgotten (finished, or evicted for idleness) after this load
+            // was asked for: its answer may be older than what memory last
+            // held. A waiting request loads it again.
+            let forgotten = self
+                .loads
+                .forgotten
+                .get(&id)
+                .is_some_and(|at| *at > done.issued);
+            if forgotten {
+                continue;
+            }
             if stored.events.is_empty() {
-                let forgotten = self
-                    .loads
-                    .forgotten
-                    .get(&id)
-                    .is_some_and(|at| *at > done.issued);
-                if !forgotten {
-                    known.absent.insert(id);
-                }
+                self.returned(&id);
+                known.absent.insert(id);
                 continue;
             }
             if self.install(stored) {
                 self.retire(&id);
+                // Back from eviction: whatever came due meanwhile is
+                // decided now, as if it had never left.
+                self.dirty.insert(id);
             } else {
                 // Its definition is not registered here: as good as absent
                 // (asking again would get the same answer).

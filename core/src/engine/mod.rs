@@ -12,6 +12,7 @@ mod deploy;
 mod effect;
 mod finished;
 mod idempotency;
+mod idle;
 mod ids;
 mod input;
 mod load;
@@ -34,7 +35,7 @@ pub use batch::{
     Batch, BatchId, DefinitionRecord, ExecutionAppend, IdempotencyRecord, StorageResult,
     StoredExecution, Summary,
 };
-pub use config::{Config, FINISHED_CACHE};
+pub use config::{Config, FINISHED_CACHE, IDLE_EVICT_MS};
 pub use effect::{Effect, Response, Task};
 pub use ids::{CountingIds, IdSource};
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
@@ -117,6 +118,9 @@ pub struct Engine {
     finished: VecDeque<String>,
     /// Loads in progress and the requests parked on them.
     loads: Loads,
+    /// Idle executions: when to look at them, and what is kept of the
+    /// evicted ones (see `idle`).
+    idle: idle::Idle,
     registry: parts::Registry,
     work: parts::Work,
     keys: parts::Keys,
@@ -144,6 +148,7 @@ impl Engine {
             recovery_until: None,
             finished: VecDeque::new(),
             loads: Loads::default(),
+            idle: idle::Idle::default(),
             registry: parts::Registry::default(),
             work: parts::Work::default(),
             keys: parts::Keys::default(),

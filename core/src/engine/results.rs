@@ -39,6 +39,15 @@ impl Engine {
             return;
         };
         let Some(t) = self.work.tokens.get(token) else {
+            // A past delivery of an execution evicted for idleness: read it
+            // back, then judge the result as if it had stayed.
+            if let Some(owner) = self.evicted_owner(token).map(str::to_owned) {
+                if !self.loads.known.absent.contains(&owner)
+                    && self.load_first(id, &request, Some(&owner), None)
+                {
+                    return;
+                }
+            }
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
         let exec_id = t.execution_id.clone();

@@ -23,6 +23,10 @@ pub(crate) struct Exec {
     pub waiting: VecDeque<(RequestId, Request)>,
     /// Next time the decider has something due.
     pub wake: Option<Millis>,
+    /// Its last commit or arrival in memory (see `idle`).
+    pub active_at: Millis,
+    /// True while `Idle::checks` holds an entry for it.
+    pub idle_watched: bool,
 }
 
 impl Exec {

@@ -244,6 +244,7 @@ impl Engine {
             });
         }
         for id in &touched {
+            self.watch_idle(id);
             self.refresh(id);
         }
         for id in touched.iter().chain(&recorded) {
@@ -419,10 +420,10 @@ impl Engine {
             }
             self.unindex(&id, &p);
         }
-        let (waiting, busy) = self
+        let (waiting, busy, idle_watched) = self
             .executions
             .get_mut(&id)
-            .map(|e| (std::mem::take(&mut e.waiting), e.busy))
+            .map(|e| (std::mem::take(&mut e.waiting), e.busy, e.idle_watched))
             .unwrap_or_default();
         if stored.events.is_empty() {
             self.set_wake(&id, None);
@@ -447,9 +448,13 @@ impl Engine {
                 reloading: false,
                 waiting,
                 wake: None,
+                active_at: self.now,
+                idle_watched,
             },
         );
         self.index(&id, &stored.events);
+        self.returned(&id);
+        self.watch_idle(&id);
         for (token, reason) in orphans {
             if self.work.tokens.contains_key(&token) {
                 self.work.orphans.insert(token, reason);

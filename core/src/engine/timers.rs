@@ -87,6 +87,8 @@ impl Engine {
         for id in due {
             self.refresh(&id);
         }
+        self.evict_idle();
+        self.wake_dormant();
         self.settle_deploy();
     }
 
@@ -257,6 +259,7 @@ impl Engine {
                 .min(),
             self.work.unconfirmed.first().map(|(t, _)| t + timeout),
             self.recovery_until,
+            self.next_idle_wake(),
             (!self.soon.is_empty()
                 || !self.work.orphans.is_empty()
                 || self.registry.unsettled.is_some())

@@ -305,6 +305,8 @@ impl Engine {
                             reloading: false,
                             waiting: VecDeque::new(),
                             wake: None,
+                            active_at: self.now,
+                            idle_watched: false,
                         },
                     );
                 }

@@ -35,6 +35,7 @@ impl World {
             max_active_executions: self.cfg.max_active_executions,
             idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
             epoch,
+            idle_evict_ms: self.cfg.idle_evict_ms,
             ..Config::default()
         };
         let mut engine = Engine::new(config, Box::new(ids));

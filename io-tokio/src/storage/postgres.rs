@@ -7,7 +7,8 @@
 
 use super::lease::LeaderFence;
 use super::rows::{
-    self, decode, encode, execution_row, to_i64, to_u64, type_of, unavailable, EXECUTION_COLUMNS,
+    self, decode, encode, execution_row, finished_at, last_seq, owner, to_i64, to_u64, type_of,
+    unavailable, EXECUTION_COLUMNS,
 };
 use super::{check_appends, Owner, Storage, StorageError};
 use super::{
@@ -318,12 +319,12 @@ impl PostgresStore {
         }
     }
 
+    /// The projection upserts of all the appends, in one statement; for an
+    /// execution appended twice the last append's projection wins.
     async fn write_projections(
         conn: &mut sqlx::PgConnection,
         appends: &[Append],
     ) -> Result<(), StorageError> {
-        // One row per execution: the last append of an execution carries its
-        // final projection.
         let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
         for append in appends {
             last.insert(append.execution_id.as_str(), append);
@@ -340,6 +341,7 @@ impl PostgresStore {
         let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
         let mut created = Vec::with_capacity(n);
         let mut updated = Vec::with_capacity(n);
+        let mut finished: Vec<Option<i64>> = Vec::with_capacity(n);
         let mut last_seqs = Vec::with_capacity(n);
         let mut owner_nodes = Vec::with_capacity(n);
         let mut owner_epochs = Vec::with_capacity(n);
@@ -356,27 +358,24 @@ impl PostgresStore {
             errors.push(p.error.as_ref().map(encode).transpose()?);
             created.push(to_i64(p.created_at));
             updated.push(to_i64(p.updated_at));
-            last_seqs.push(to_i64(
-                append.events.last().map_or(append.after_seq, |e| e.seq),
-            ));
-            let (node, epoch) = append
-                .fence
-                .as_ref()
-                .map(|f| (f.node_id.as_str(), f.epoch))
-                .unwrap_or(("", 0));
+            finished.push(finished_at(p).map(to_i64));
+            last_seqs.push(to_i64(last_seq(append)));
+            let (node, epoch) = owner(append);
             owner_nodes.push(node);
             owner_epochs.push(to_i64(epoch));
         }
+        // What an execution is (workflow, version, parent, input, creation)
+        // never changes: only what it has become is set. While the status
+        // stays the same no indexed column changes, so the update is HOT.
         let result = sqlx::query(
             "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, input, \
-             output, error, created_at, updated_at, last_seq, owner_node, owner_epoch) \
+             output, error, created_at, updated_at, finished_at, last_seq, owner_node, owner_epoch) \
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
              $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::int8[], \
-             $13::text[], $14::int8[]) \
-             ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, version = excluded.version, \
-             definition_hash = excluded.definition_hash, status = excluded.status, \
-             parent = excluded.parent, input = excluded.input, output = excluded.output, \
-             error = excluded.error, updated_at = excluded.updated_at, last_seq = excluded.last_seq, \
+             $13::int8[], $14::text[], $15::int8[]) \
+             ON CONFLICT (id) DO UPDATE SET status = excluded.status, output = excluded.output, \
+             error = excluded.error, updated_at = excluded.updated_at, \
+             finished_at = excluded.finished_at, last_seq = excluded.last_seq, \
              owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch",
         )
         .bind(&ids)
@@ -390,6 +389,7 @@ impl PostgresStore {
         .bind(&errors)
         .bind(&created)
         .bind(&updated)
+        .bind(&finished)
         .bind(&last_seqs)
         .bind(&owner_nodes)
         .bind(&owner_epochs)

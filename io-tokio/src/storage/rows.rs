@@ -4,7 +4,7 @@
 //! signed columns, and the mapping of an `executions` or `idempotency` row
 //! to its record — written once, for any sqlx row type.
 
-use super::{ExecutionRow, IdempotencyRecord, QueueOp, StorageError};
+use super::{Append, ExecutionRow, IdempotencyRecord, QueueOp, StorageError};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 use std::collections::BTreeMap;
 
@@ -45,6 +45,24 @@ pub(super) fn to_i64(v: u64) -> i64 {
 /// A signed column back to a count or time.
 pub(super) fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
+}
+
+/// The `last_seq` an append leaves its execution at.
+pub(super) fn last_seq(append: &Append) -> u64 {
+    append.events.last().map_or(append.after_seq, |e| e.seq)
+}
+
+/// The `(owner_node, owner_epoch)` an append writes (`("", 0)` unfenced).
+pub(super) fn owner(append: &Append) -> (&str, u64) {
+    append
+        .fence
+        .as_ref()
+        .map_or(("", 0), |f| (f.node_id.as_str(), f.epoch))
+}
+
+/// `finished_at` of a row: its last update once it has ended.
+pub(super) fn finished_at(row: &ExecutionRow) -> Option<u64> {
+    matches!(row.status.as_str(), "completed" | "failed" | "cancelled").then_some(row.updated_at)
 }
 
 /// The `executions` columns [`execution_row`] reads.

@@ -3,7 +3,8 @@
 //! commit.
 
 use super::rows::{
-    self, decode, encode, execution_row, to_i64, to_u64, type_of, unavailable, EXECUTION_COLUMNS,
+    self, decode, encode, execution_row, finished_at, last_seq, owner, to_i64, to_u64, type_of,
+    unavailable, EXECUTION_COLUMNS,
 };
 use super::{check_appends, Owner, Storage, StorageError};
 use super::{
@@ -126,9 +127,9 @@ impl SqliteStore {
         tx: &Transaction,
     ) -> Result<(), StorageError> {
         if !tx.appends.is_empty() {
-            Self::check(conn, &tx.appends).await?;
+            let statuses = Self::check(conn, &tx.appends).await?;
             Self::write_events(conn, &tx.appends).await?;
-            Self::write_projections(conn, &tx.appends).await?;
+            Self::write_projections(conn, &tx.appends, &statuses).await?;
         }
         if !tx.definitions.is_empty() {
             Self::write_definitions(conn, &tx.definitions).await?;
@@ -152,13 +153,14 @@ impl SqliteStore {
     /// Checks every append against the stored rows (one query for all of
     /// them) with the shared conflict rule ([`check_appends`]), so a
     /// conflict names all the executions concerned and nothing is written.
+    /// Returns the stored status of each execution that has a row.
     async fn check(
         conn: &mut sqlx::SqliteConnection,
         appends: &[Append],
-    ) -> Result<(), StorageError> {
+    ) -> Result<BTreeMap<String, String>, StorageError> {
         let ids: BTreeSet<&str> = appends.iter().map(|a| a.execution_id.as_str()).collect();
         let rows = sqlx::query(
-            "SELECT id, last_seq, owner_node, owner_epoch FROM executions \
+            "SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
              WHERE id IN (SELECT value FROM json_each(?))",
         )
         .bind(encode(&ids)?)
@@ -166,9 +168,12 @@ impl SqliteStore {
         .await
         .map_err(unavailable)?;
         let mut current: BTreeMap<String, (u64, String, u64)> = BTreeMap::new();
+        let mut statuses = BTreeMap::new();
         for r in &rows {
+            let id = r.try_get::<String, _>(0).map_err(unavailable)?;
+            statuses.insert(id.clone(), r.try_get::<String, _>(4).map_err(unavailable)?);
             current.insert(
-                r.try_get::<String, _>(0).map_err(unavailable)?,
+                id,
                 (
                     to_u64(r.try_get::<i64, _>(1).map_err(unavailable)?),
                     r.try_get::<String, _>(2).map_err(unavailable)?,
@@ -182,7 +187,8 @@ impl SqliteStore {
                 node_id,
                 epoch: *epoch,
             })
-        })
+        })?;
+        Ok(statuses)
     }
 
     /// Every event of every append, in multi-row `INSERT ... VALUES`
@@ -258,25 +264,61 @@ impl SqliteStore {
 
     /// The projection upserts of all the appends, in multi-row statements
     /// of [`chunk_len`] rows; for an execution appended twice the last
-    /// append's projection wins.
+    /// append's projection wins. `stored` holds the status of each row
+    /// already there: a row whose status stays the same gets the lean
+    /// update, which names no indexed column, so SQLite leaves every index
+    /// of the table alone (it picks the indexes to rewrite by the columns a
+    /// statement sets, not by whether their values change).
     async fn write_projections(
         conn: &mut sqlx::SqliteConnection,
         appends: &[Append],
+        stored: &BTreeMap<String, String>,
     ) -> Result<(), StorageError> {
-        struct Projection<'a> {
+        let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
+        for append in appends {
+            last.insert(append.execution_id.as_str(), append);
+        }
+        let (lean, full): (Vec<&Append>, Vec<&Append>) = last.into_values().partition(|a| {
+            stored
+                .get(&a.execution_id)
+                .is_some_and(|s| *s == a.projection.status)
+        });
+        let mut rest = lean.as_slice();
+        while !rest.is_empty() {
+            let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
+            rest = tail;
+            let mut update = QueryBuilder::<Sqlite>::new(
+                "WITH new (id, updated_at, last_seq, owner_node, owner_epoch) AS (",
+            );
+            update.push_values(chunk, |mut row, append| {
+                let (owner_node, owner_epoch) = owner(append);
+                row.push_bind(append.execution_id.as_str())
+                    .push_bind(to_i64(append.projection.updated_at))
+                    .push_bind(to_i64(last_seq(append)))
+                    .push_bind(owner_node)
+                    .push_bind(to_i64(owner_epoch));
+            });
+            update.push(
+                ") UPDATE executions SET updated_at = new.updated_at, last_seq = new.last_seq, \
+                 owner_node = new.owner_node, owner_epoch = new.owner_epoch \
+                 FROM new WHERE executions.id = new.id",
+            );
+            update
+                .build()
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+        }
+        struct Row<'a> {
             append: &'a Append,
             input: String,
             output: Option<String>,
             error: Option<String>,
         }
-        let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
-        for append in appends {
-            last.insert(append.execution_id.as_str(), append);
-        }
-        let mut rows = Vec::with_capacity(last.len());
-        for append in last.into_values() {
+        let mut rows = Vec::with_capacity(full.len());
+        for append in full {
             let p = &append.projection;
-            rows.push(Projection {
+            rows.push(Row {
                 append,
                 input: encode(&p.input)?,
                 output: p.output.as_ref().map(encode).transpose()?,
@@ -289,17 +331,12 @@ impl SqliteStore {
             rest = tail;
             let mut upsert = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, \
-                 input, output, error, created_at, updated_at, last_seq, owner_node, owner_epoch) ",
+                 input, output, error, created_at, updated_at, finished_at, last_seq, \
+                 owner_node, owner_epoch) ",
             );
             upsert.push_values(chunk, |mut row, r| {
                 let p = &r.append.projection;
-                let (owner_node, owner_epoch) = r
-                    .append
-                    .fence
-                    .as_ref()
-                    .map(|f| (f.node_id.as_str(), f.epoch))
-                    .unwrap_or(("", 0));
-                let last_seq = r.append.events.last().map_or(r.append.after_seq, |e| e.seq);
+                let (owner_node, owner_epoch) = owner(r.append);
                 row.push_bind(r.append.execution_id.as_str())
                     .push_bind(p.workflow.as_str())
                     .push_bind(p.version.as_str())
@@ -311,17 +348,19 @@ impl SqliteStore {
                     .push_bind(r.error.as_deref())
                     .push_bind(to_i64(p.created_at))
                     .push_bind(to_i64(p.updated_at))
-                    .push_bind(to_i64(last_seq))
+                    .push_bind(finished_at(p).map(to_i64))
+                    .push_bind(to_i64(last_seq(r.append)))
                     .push_bind(owner_node)
                     .push_bind(to_i64(owner_epoch));
             });
+            // What an execution is (workflow, version, parent, input,
+            // creation) never changes: only what it has become is set.
             upsert.push(
-                " ON CONFLICT (id) DO UPDATE SET workflow = excluded.workflow, \
-                 version = excluded.version, definition_hash = excluded.definition_hash, \
-                 status = excluded.status, parent = excluded.parent, input = excluded.input, \
+                " ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
                  output = excluded.output, error = excluded.error, \
-                 updated_at = excluded.updated_at, last_seq = excluded.last_seq, \
-                 owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch",
+                 updated_at = excluded.updated_at, finished_at = excluded.finished_at, \
+                 last_seq = excluded.last_seq, owner_node = excluded.owner_node, \
+                 owner_epoch = excluded.owner_epoch",
             );
             upsert
                 .build()

@@ -52,6 +52,12 @@ pub struct Args {
     /// end (the most recent ones); the others are read from the store.
     #[arg(long, default_value_t = orbit_core::engine::FINISHED_CACHE)]
     pub finished_cache: usize,
+    /// A running execution that has waited this long for nothing but a
+    /// timer, a signal or a cancel (nothing handed out or queued) leaves
+    /// memory until its timer is due or a command names it; `0` keeps every
+    /// running execution in memory.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub idle_evict: Duration,
     /// Auth file (TOML): named tokens with roles admin, client or worker,
     /// stored as SHA-256 hex. Without it every request is allowed.
     #[arg(long, env = "ORBIT_AUTH")]
@@ -277,6 +283,7 @@ fn driver_options(args: &Args) -> driver::Options {
             idempotency_ttl_ms: millis(args.idempotency_ttl),
             epoch: None,
             finished_cache: args.finished_cache,
+            idle_evict_ms: (!args.idle_evict.is_zero()).then(|| millis(args.idle_evict)),
         },
         commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
         ..driver::Options::default()

@@ -77,8 +77,8 @@ impl PostgresStore {
         let mut tx = self.readers.begin().await.map_err(unavailable)?;
         let roots: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM executions WHERE parent IS NULL \
-             AND status IN ('completed', 'failed', 'cancelled') AND updated_at < $1 \
-             ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+             AND finished_at IS NOT NULL AND finished_at < $1 \
+             ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED",
         )
         .bind(to_i64(finished_before))
         .bind(i64::from(limit))

@@ -68,8 +68,8 @@ impl SqliteStore {
         let mut tx = self.writer.begin().await.map_err(unavailable)?;
         let roots: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM executions WHERE parent IS NULL \
-             AND status IN ('completed', 'failed', 'cancelled') AND updated_at < ? \
-             ORDER BY updated_at LIMIT ?",
+             AND finished_at IS NOT NULL AND finished_at < ? \
+             ORDER BY finished_at LIMIT ?",
         )
         .bind(to_i64(finished_before))
         .bind(i64::from(limit))

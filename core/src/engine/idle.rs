@@ -1,0 +1,192 @@
+//! Idle executions leave memory. A running execution that only waits —
+//! for its timer, a signal or a cancel — with nothing queued, handed out
+//! or parked on it, is evicted once [`super::Config::idle_evict_ms`] has
+//! passed without a commit of its own. The engine keeps three small things
+//! of it: its next wake-up (in `dormant`), the tokens of its past
+//! deliveries (a late result must still find it), and its admission slot.
+//! When the wake-up is due it is loaded back ([`super::load`]) and decided
+//! as if it had never left; a command naming it loads it first.
+//!
+//! Executions in a parent/child relation stay: a parent decides from its
+//! children's state in memory, and a child's end is recorded by its parent.
+
+use super::Engine;
+use crate::history::{DispatchState, Millis, Status, UnitState};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the engine keeps of evicted executions, and when to look at the
+/// others again.
+#[derive(Default)]
+pub(super) struct Idle {
+    /// (when to look, execution): one entry per live execution in memory.
+    pub checks: BTreeSet<(Millis, String)>,
+    /// Evicted executions by their next wake-up.
+    pub dormant: BTreeSet<(Millis, String)>,
+    /// Evicted execution → its next wake-up (none: it waits for a command).
+    pub evicted: BTreeMap<String, Option<Millis>>,
+    /// Token of a past delivery of an evicted execution → the execution.
+    pub tokens: BTreeMap<String, String>,
+}
+
+impl Engine {
+    /// Starts watching `exec_id` for idleness (once per stay in memory).
+    pub(super) fn watch_idle(&mut self, exec_id: &str) {
+        let Some(after) = self.config.idle_evict_ms else {
+            return;
+        };
+        let now = self.now;
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        e.active_at = now;
+        if !e.idle_watched {
+            e.idle_watched = true;
+            self.idle.checks.insert((now + after, exec_id.to_string()));
+        }
+    }
+
+    /// Evicts the executions that have been idle long enough; looks again
+    /// later at those still busy.
+    pub(super) fn evict_idle(&mut self) {
+        let Some(after) = self.config.idle_evict_ms else {
+            return;
+        };
+        let now = self.now;
+        while let Some((at, id)) = self.idle.checks.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.idle.checks.pop_first();
+            let Some(e) = self.executions.get_mut(&id) else {
+                continue;
+            };
+            if e.proj.status.is_terminal() {
+                e.idle_watched = false;
+                continue;
+            }
+            let due = e.active_at + after;
+            if due > now {
+                self.idle.checks.insert((due, id));
+            } else if self.evictable(&id, after) {
+                self.evict(&id);
+            } else {
+                self.idle.checks.insert((now + after, id));
+            }
+        }
+    }
+
+    /// True when nothing but time or a command can move `exec_id`.
+    fn evictable(&self, exec_id: &str, after: Millis) -> bool {
+        let Some(e) = self.executions.get(exec_id) else {
+            return false;
+        };
+        let p = &e.proj;
+        let settled = |u: &crate::history::Unit| match &u.state {
+            UnitState::Succeeded { .. } | UnitState::Failed { .. } => true,
+            // A failed attempt waiting for its retry: none of its
+            // deliveries is still wanted (a late success still counts, and
+            // finds the execution through `Idle::tokens`).
+            UnitState::Retrying { .. } => u
+                .dispatches
+                .values()
+                .all(|d| d.state == DispatchState::Failed),
+            _ => false,
+        };
+        matches!(p.status, Status::Running | Status::Compensating)
+            && p.parent.is_none()
+            && !e.blocked()
+            && e.waiting.is_empty()
+            && e.wake.is_none_or(|w| w >= self.now + after)
+            && p.units.values().all(settled)
+            && !self.dirty.contains(exec_id)
+            && !self.soon.contains(exec_id)
+            && !self.work.waits.values().any(|w| w.execution_id == exec_id)
+    }
+
+    fn evict(&mut self, exec_id: &str) {
+        let wake = self.executions.get(exec_id).and_then(|e| e.wake);
+        self.set_wake(exec_id, None);
+        let Some(e) = self.executions.remove(exec_id) else {
+            return;
+        };
+        for token in e.proj.tokens.keys() {
+            self.idle.tokens.insert(token.clone(), exec_id.to_string());
+        }
+        self.unindex(exec_id, &e.proj);
+        self.loads.forgot(exec_id);
+        if let Some(t) = wake {
+            self.idle.dormant.insert((t, exec_id.to_string()));
+        }
+        self.idle.evicted.insert(exec_id.to_string(), wake);
+    }
+
+    /// Loads back the evicted executions whose wake-up is due.
+    pub(super) fn wake_dormant(&mut self) {
+        let now = self.now;
+        let mut due = Vec::new();
+        while let Some((at, id)) = self.idle.dormant.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.idle.dormant.pop_first();
+            self.idle.evicted.insert(id.clone(), None);
+            due.push(id);
+        }
+        if !due.is_empty() {
+            self.ask_load(due, Vec::new(), None);
+        }
+    }
+
+    /// `exec_id` is in memory again: forget what eviction kept of it.
+    pub(super) fn returned(&mut self, exec_id: &str) {
+        if let Some(wake) = self.idle.evicted.remove(exec_id) {
+            if let Some(t) = wake {
+                self.idle.dormant.remove(&(t, exec_id.to_string()));
+            }
+            if let Some(e) = self.executions.get(exec_id) {
+                for token in e.proj.tokens.keys() {
+                    self.idle.tokens.remove(token);
+                }
+            }
+        }
+    }
+
+    /// The evicted execution a past delivery's token belongs to.
+    pub(super) fn evicted_owner(&self, token: &str) -> Option<&str> {
+        self.idle.tokens.get(token).map(String::as_str)
+    }
+
+    /// The earliest dormant wake-up or idleness check.
+    pub(super) fn next_idle_wake(&self) -> Option<Millis> {
+        let check = self
+            .config
+            .idle_evict_ms
+            .and_then(|_| self.idle.checks.first().map(|(t, _)| *t));
+        [check, self.idle.dormant.first().map(|(t, _)| *t)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Evicts now every execution that could leave memory, however briefly
+    /// it has been idle; returns how many left. For tests and simulations
+    /// that show eviction cannot be observed: it never changes what the
+    /// engine does or answers, only when it reads the store.
+    pub fn evict_idle_now(&mut self) -> usize {
+        let ids: Vec<String> = self
+            .executions
+            .keys()
+            .filter(|id| self.evictable(id, 0))
+            .cloned()
+            .collect();
+        for id in &ids {
+            self.evict(id);
+        }
+        ids.len()
+    }
+
+    /// Executions evicted for idleness (not in memory).
+    pub fn evicted(&self) -> usize {
+        self.idle.evicted.len()
+    }
+}

@@ -1,0 +1,299 @@
+//! Idle executions leave memory (`--idle-evict`) and come back when their
+//! timer is due or a command names them — without a trace: every scenario
+//! here, and the property at the end, runs the same inputs with eviction
+//! off and on and demands the same replies and the same histories.
+
+#![allow(clippy::unwrap_used)]
+
+mod engine_support;
+
+use engine_support::*;
+use orbit_core::engine::Outcome;
+use orbit_core::history::{ErrorInfo, Millis};
+use orbit_core::{Config, Request};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const SOURCE: &str = r#"
+task "demo.work" version "1.0.0" {
+    input { n: Int }
+    output { n: Int }
+}
+
+workflow Nap version "1.0.0" {
+    input { n: Int }
+    step nap { sleep 1h }
+    step work { worker "demo.work" with { n: input.n } after: [nap] }
+    output { n: work.n }
+}
+
+workflow Gate version "1.0.0" {
+    input { n: Int }
+    step go { signal "go" }
+    step work { worker "demo.work" with { n: input.n } after: [go] }
+    output { n: work.n }
+}
+
+workflow Flaky version "1.0.0" {
+    input { n: Int }
+    step work {
+        worker "demo.work"
+        with { n: input.n }
+        retry: { max_attempts: 3, backoff: 10m, factor: 1.0, max_backoff: 10m }
+    }
+    output { n: work.n }
+}
+
+workflow Parent version "1.0.0" {
+    input { n: Int }
+    step child { workflow Nap version "1.0.0" with { n: input.n } }
+    output { n: child.n }
+}
+"#;
+
+fn world(idle_evict_ms: Option<Millis>) -> World {
+    let mut w = World::new(Config {
+        idle_evict_ms,
+        // Workers stay registered however far the clock jumps.
+        session_timeout_ms: 24 * 3_600_000,
+        ..Config::default()
+    });
+    w.deploy(SOURCE);
+    w
+}
+
+fn signal(id: &str) -> Request {
+    Request::Signal {
+        execution_id: id.into(),
+        name: "go".into(),
+        payload: json!({"ok": true}),
+        idempotency: None,
+    }
+}
+
+fn late_success(token: &str) -> Request {
+    Request::Result {
+        token: token.into(),
+        outcome: Outcome::Output(json!({"n": 7})),
+        patterns: None,
+    }
+}
+
+/// Runs `scenario` with eviction off and with a one-minute eviction, and
+/// checks both give the same replies and histories; returns the evicting
+/// world for more checks.
+fn same_either_way(ids: &[&str], scenario: impl Fn(&mut World) -> Vec<Value>) -> World {
+    let mut kept = world(None);
+    let mut evicting = world(Some(60_000));
+    let a = scenario(&mut kept);
+    let b = scenario(&mut evicting);
+    assert_eq!(a, b, "replies differ with eviction");
+    for id in ids {
+        assert_eq!(kept.logs(id), evicting.logs(id), "history of {id} differs");
+    }
+    assert_eq!(kept.engine.evicted(), 0);
+    evicting
+}
+
+#[test]
+fn a_sleeping_execution_leaves_memory_and_wakes_on_time() {
+    let w = same_either_way(&["n-1"], |w| {
+        w.start("Nap", "n-1", json!({"n": 1}));
+        w.at(59_000);
+        let before = (w.engine.evicted(), w.engine.executions_in_memory());
+        w.at(61_000);
+        let during = (w.engine.evicted(), w.engine.executions_in_memory());
+        if w.config.idle_evict_ms.is_some() {
+            assert_eq!(before, (0, 1), "still in memory before a minute");
+            assert_eq!(during, (1, 0), "evicted after a minute");
+        }
+        let loads = w.loads;
+        w.at(3_600_000);
+        if w.config.idle_evict_ms.is_some() {
+            assert_eq!(w.loads, loads + 1, "read back once, when the timer is due");
+            assert_eq!(w.engine.evicted(), 0);
+        }
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        vec![w.succeed(&t.token, json!({"n": 2}))]
+    });
+    assert_logs(
+        &w.logs("n-1"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 TimerStarted step=nap fire_at=+3600.0s
+        + 3600.0s #4 TimerFired step=nap
+        + 3600.0s #5 StepScheduled step=work attempt=1
+        + 3600.0s #6 StepDispatched step=work attempt=1 worker_id=w-1
+        + 3600.0s #7 StepSucceeded step=work attempt=1
+        + 3600.0s #8 WorkflowCompleted
+        ",
+    );
+}
+
+#[test]
+fn a_signal_brings_an_evicted_execution_back() {
+    same_either_way(&["g-1"], |w| {
+        w.start("Gate", "g-1", json!({"n": 1}));
+        w.at(120_000);
+        let mut replies = vec![w.call(signal("g-1")).body];
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        replies.push(w.succeed(&t.token, json!({"n": 2})));
+        replies.push(w.call(signal("g-1")).body);
+        replies
+    });
+}
+
+#[test]
+fn a_late_success_of_a_failed_attempt_finds_its_evicted_execution() {
+    let w = same_either_way(&["f-1"], |w| {
+        w.start("Flaky", "f-1", json!({"n": 1}));
+        let s = w.register("w-1", &["demo.*"]);
+        let first = w.take(&s);
+        let mut replies = vec![w.fail(&first.token, "BUSY", true)];
+        // The retry is ten minutes away: evicted meanwhile.
+        w.at(120_000);
+        replies.push(json!(w.heartbeat(&s, &[&first.token])));
+        replies.push(w.call(late_success(&first.token)).body);
+        replies.push(w.call(late_success(&first.token)).body);
+        replies.push(w.call(late_success("no-such-token")).body);
+        replies
+    });
+    assert_eq!(w.status("f-1"), "completed");
+}
+
+#[test]
+fn parents_and_children_stay_in_memory() {
+    let w = same_either_way(&["p-1"], |w| {
+        w.start("Parent", "p-1", json!({"n": 1}));
+        w.at(120_000);
+        vec![json!(w.engine.evicted())]
+    });
+    assert_eq!(w.engine.executions_in_memory(), 2);
+}
+
+#[test]
+fn an_execution_with_a_task_out_stays() {
+    let w = same_either_way(&["f-1"], |w| {
+        w.start("Flaky", "f-1", json!({"n": 1}));
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        w.at(120_000);
+        w.heartbeat(&s, &[&t.token]);
+        vec![w.succeed(&t.token, json!({"n": 2}))]
+    });
+    assert_eq!(w.engine.evicted(), 0);
+}
+
+/// One input of the property below.
+#[derive(Debug, Clone)]
+enum Action {
+    Start(u8, u8),
+    Advance(Millis),
+    Signal(u8),
+    Cancel(u8),
+    Take,
+    Succeed(u8),
+    Fail(u8),
+    Heartbeat,
+    Evict,
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        (0u8..3, 0u8..6).prop_map(|(w, i)| Action::Start(w, i)),
+        prop_oneof![0u64..2_000, 0u64..200_000, 0u64..4_000_000].prop_map(Action::Advance),
+        (0u8..6).prop_map(Action::Signal),
+        (0u8..6).prop_map(Action::Cancel),
+        Just(Action::Take),
+        (0u8..8).prop_map(Action::Succeed),
+        (0u8..8).prop_map(Action::Fail),
+        Just(Action::Heartbeat),
+        Just(Action::Evict),
+    ]
+}
+
+/// Runs `actions`; `evict` says whether `Evict` forces eviction. Returns
+/// every reply in order and the histories of all executions.
+fn run(actions: &[Action], idle_evict_ms: Option<Millis>, evict: bool) -> (Vec<Value>, String) {
+    let mut w = world(idle_evict_ms);
+    let session = w.register("w-1", &["demo.*"]);
+    let mut tokens: Vec<String> = Vec::new();
+    let mut replies = Vec::new();
+    let id = |i: u8| format!("x-{i}");
+    for a in actions {
+        match a {
+            Action::Start(wf, i) => {
+                let workflow = ["Nap", "Gate", "Flaky"][usize::from(*wf)];
+                replies.push(w.start(workflow, &id(*i), json!({"n": 1})).body);
+            }
+            Action::Advance(ms) => w.advance(*ms),
+            Action::Signal(i) => replies.push(w.call(signal(&id(*i))).body),
+            Action::Cancel(i) => replies.push(
+                w.call(Request::Cancel {
+                    execution_id: id(*i),
+                    reason: None,
+                    idempotency: None,
+                })
+                .body,
+            ),
+            Action::Take => {
+                let tasks = w.poll(&session, 2);
+                tokens.extend(tasks.iter().map(|t| t.token.clone()));
+                replies.push(json!(tasks.len()));
+            }
+            Action::Succeed(t) | Action::Fail(t) if tokens.is_empty() => {
+                let _ = t;
+            }
+            Action::Succeed(t) => {
+                let token = tokens[usize::from(*t) % tokens.len()].clone();
+                replies.push(w.succeed(&token, json!({"n": 2})));
+            }
+            Action::Fail(t) => {
+                let token = tokens[usize::from(*t) % tokens.len()].clone();
+                replies.push(
+                    w.call(Request::Result {
+                        token,
+                        outcome: Outcome::Error(ErrorInfo {
+                            code: "BUSY".into(),
+                            message: String::new(),
+                            retryable: true,
+                        }),
+                        patterns: None,
+                    })
+                    .body,
+                );
+            }
+            Action::Heartbeat => {
+                let held: Vec<&str> = tokens.iter().map(String::as_str).collect();
+                replies.push(json!(w.heartbeat(&session, &held)));
+            }
+            Action::Evict => {
+                if evict {
+                    w.engine.evict_idle_now();
+                }
+            }
+        }
+    }
+    let histories = (0..6)
+        .map(|i| w.logs(&id(i)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    (replies, histories)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
+
+    /// Eviction — on a timer, or forced at any point — changes neither a
+    /// reply nor an event.
+    #[test]
+    fn eviction_is_invisible(actions in proptest::collection::vec(action(), 1..60)) {
+        let (kept_replies, kept_histories) = run(&actions, None, false);
+        let (replies, histories) = run(&actions, Some(1_000), true);
+        prop_assert_eq!(&kept_replies, &replies);
+        prop_assert_eq!(&kept_histories, &histories);
+    }
+}
