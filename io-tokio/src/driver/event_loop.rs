@@ -148,6 +148,15 @@ impl EventLoop {
     /// Feeds the node at the driver's time and performs what it asks.
     fn feed(&mut self, input: NodeInput) {
         let ios = self.node.handle((self.clock)(), input);
+        let engine = self.node.engine();
+        self.metrics.in_memory.store(
+            i64::try_from(engine.executions_in_memory()).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
+        self.metrics.evicted.store(
+            i64::try_from(engine.evicted()).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
         self.perform(ios);
     }
 

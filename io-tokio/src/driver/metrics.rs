@@ -91,6 +91,10 @@ pub struct Metrics {
     /// Worker sessions registered and not unregistered or expired (see
     /// [`Metrics::live_sessions`]).
     pub sessions: AtomicI64,
+    /// Executions in the engine's memory, finished ones included.
+    pub in_memory: AtomicI64,
+    /// Running executions evicted for idleness (`--idle-evict`).
+    pub evicted: AtomicI64,
     units: Mutex<Units>,
     /// When each session was last heard from, on the driver's clock.
     contacts: Mutex<HashMap<String, Millis>>,
@@ -148,6 +152,8 @@ impl Default for Metrics {
             redeliveries: AtomicU64::new(0),
             queue_depth: AtomicI64::new(0),
             sessions: AtomicI64::new(0),
+            in_memory: AtomicI64::new(0),
+            evicted: AtomicI64::new(0),
             units: Mutex::new(Units::default()),
             contacts: Mutex::new(HashMap::new()),
             commit_failures: AtomicU64::new(0),
@@ -377,6 +383,16 @@ impl Metrics {
                 "orbit_worker_sessions",
                 "Registered worker sessions.",
                 &self.sessions,
+            ),
+            (
+                "orbit_executions_in_memory",
+                "Executions held in the engine's memory (live ones, recently finished ones).",
+                &self.in_memory,
+            ),
+            (
+                "orbit_executions_evicted",
+                "Running executions out of memory because they are idle (--idle-evict).",
+                &self.evicted,
             ),
         ];
         for (name, help, value) in gauges {

@@ -346,11 +346,16 @@ impl Counts {
 /// The execution counts of the server at `base` (asked up to five times: a
 /// busy server may close an idle pooled connection as it is reused).
 pub async fn counts(http: &reqwest::Client, base: &str) -> Result<Counts, BenchError> {
+    Ok(Counts::parse(&metrics(http, base).await?))
+}
+
+/// The server's `/metrics` text (a few retries).
+pub async fn metrics(http: &reqwest::Client, base: &str) -> Result<String, BenchError> {
     let url = format!("{base}/metrics");
     let mut failures = 0;
     loop {
         match metrics_text(http, &url).await {
-            Ok(text) => return Ok(Counts::parse(&text)),
+            Ok(text) => return Ok(text),
             Err(e) => {
                 failures += 1;
                 if failures >= 5 {

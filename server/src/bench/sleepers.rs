@@ -42,6 +42,9 @@ pub struct Config {
     pub concurrency: u32,
     /// Also kill the server, restart it and measure it after recovery.
     pub restart: bool,
+    /// The server's `--idle-evict`: once every execution is asleep, the
+    /// workload waits until they have all left memory and measures again.
+    pub idle_evict: Duration,
     /// Print progress to stderr.
     pub progress: bool,
 }
@@ -53,6 +56,7 @@ impl Default for Config {
             executions: 100_000,
             concurrency: 200,
             restart: true,
+            idle_evict: Duration::from_secs(60),
             progress: false,
         }
     }
@@ -86,6 +90,10 @@ pub struct SleepersReport {
     pub rss_mib: f64,
     /// The most the server was resident while they were started, in MiB.
     pub peak_rss_mib: f64,
+    /// Executions out of memory for idleness when measured again.
+    pub evicted: u64,
+    /// Resident memory once they have left memory (`--idle-evict`), in MiB.
+    pub evicted_rss_mib: f64,
     /// (`rss` − `idle rss`) / executions, in bytes.
     pub bytes_per_execution: u64,
     /// After a SIGKILL and restart on the same store: spawn → `/readyz`, in
@@ -115,7 +123,8 @@ impl SleepersReport {
         };
         format!(
             "orbit bench sleepers: backend={} executions={} | {} asleep ({}/{} sampled histories) | \
-             started in {:.2}s ({:.0} starts/s) | rss {:.1} MiB (idle {:.1}, peak {:.1}), {} bytes/execution{} | errors={}",
+             started in {:.2}s ({:.0} starts/s) | rss {:.1} MiB (idle {:.1}, peak {:.1}), {} bytes/execution | \
+             {} evicted: rss {:.1} MiB{} | errors={}",
             self.backend,
             self.executions,
             self.asleep,
@@ -127,6 +136,8 @@ impl SleepersReport {
             self.idle_rss_mib,
             self.peak_rss_mib,
             self.bytes_per_execution,
+            self.evicted,
+            self.evicted_rss_mib,
             restart,
             self.errors,
         )
@@ -143,7 +154,11 @@ pub async fn run(config: &Config) -> Result<SleepersReport, BenchError> {
     let store = Store::new(config.db.as_deref())?;
     let http = process::client()?;
     let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let mut server = ServerProcess::spawn(&store.url, &[], &store.dir.join("server.log"))?;
+    let evict = vec![
+        "--idle-evict".to_string(),
+        format!("{}ms", config.idle_evict.as_millis()),
+    ];
+    let mut server = ServerProcess::spawn(&store.url, &evict, &store.dir.join("server.log"))?;
     server.wait_ready(&http).await?;
     process::deploy(&http, &server.url, &source()).await?;
     let base = process::counts(&http, &server.url).await?;
@@ -163,11 +178,20 @@ pub async fn run(config: &Config) -> Result<SleepersReport, BenchError> {
             process::mib(memory.rss)
         );
     }
+    let evicted = wait_evicted(&http, &server.url, asleep, config.idle_evict).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after_evict = server.memory()?;
+    if config.progress {
+        eprintln!(
+            "orbit bench sleepers: {evicted} evicted, rss {:.1} MiB",
+            process::mib(after_evict.rss)
+        );
+    }
 
     let mut restart = None;
     if config.restart {
         server.kill()?;
-        let mut again = ServerProcess::spawn(&store.url, &[], &store.dir.join("restart.log"))?;
+        let mut again = ServerProcess::spawn(&store.url, &evict, &store.dir.join("restart.log"))?;
         let ready = again.wait_ready(&http).await?;
         let after = again.memory()?;
         let recovered = again.recovered();
@@ -192,6 +216,8 @@ pub async fn run(config: &Config) -> Result<SleepersReport, BenchError> {
         idle_rss_mib: process::mib(idle.rss),
         rss_mib: process::mib(memory.rss),
         peak_rss_mib: process::mib(memory.peak),
+        evicted,
+        evicted_rss_mib: process::mib(after_evict.rss),
         bytes_per_execution: memory.rss.saturating_sub(idle.rss) / config.executions.max(1),
         restart_ready_ms: restart.map(|(ready, _, _)| process::millis(ready)),
         restart_recovery_ms: restart.and_then(|(_, _, r)| r.map(|r| r.elapsed_ms)),
@@ -283,6 +309,29 @@ async fn wait_asleep(
             )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until `want` executions have left memory for idleness (at most
+/// `idle_evict` and half a minute more); how many have.
+async fn wait_evicted(
+    http: &reqwest::Client,
+    url: &str,
+    want: u64,
+    idle_evict: Duration,
+) -> Result<u64, BenchError> {
+    let deadline = Instant::now() + idle_evict + Duration::from_secs(30);
+    loop {
+        let text = process::metrics(http, url).await?;
+        let evicted = text
+            .lines()
+            .find_map(|l| l.strip_prefix("orbit_executions_evicted "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if evicted >= want || Instant::now() >= deadline {
+            return Ok(evicted);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -100,6 +100,10 @@ pub struct Args {
     /// Sleepers: do not kill and restart the server after measuring it.
     #[arg(long)]
     pub no_restart: bool,
+    /// Sleepers: the server's `--idle-evict`; the workload measures again
+    /// once every sleeper has left memory.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub idle_evict: Duration,
     /// Print the result as JSON instead of a line of text.
     #[arg(long)]
     pub json: bool,
@@ -168,6 +172,7 @@ pub fn run(args: Args) -> ExitCode {
                 executions: args.executions.unwrap_or(100_000),
                 concurrency: args.concurrency,
                 restart: !args.no_restart,
+                idle_evict: args.idle_evict,
                 progress: !args.quiet,
             };
             let result = runtime.block_on(sleepers::run(&config));
