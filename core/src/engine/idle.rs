@@ -10,7 +10,7 @@
 //! Executions in a parent/child relation stay: a parent decides from its
 //! children's state in memory, and a child's end is recorded by its parent.
 
-use super::Engine;
+use super::{Engine, TICK_MS};
 use crate::history::{DispatchState, Millis, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,11 +52,16 @@ impl Engine {
             return;
         };
         let now = self.now;
-        while let Some((at, id)) = self.idle.checks.first().cloned() {
-            if at > now {
-                break;
+        // Looked at again no sooner than the next tick, even with an
+        // eviction delay of zero.
+        let again = now + after.max(TICK_MS);
+        let mut due = Vec::new();
+        while self.idle.checks.first().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, id)) = self.idle.checks.pop_first() {
+                due.push(id);
             }
-            self.idle.checks.pop_first();
+        }
+        for id in due {
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
             };
@@ -64,13 +69,13 @@ impl Engine {
                 e.idle_watched = false;
                 continue;
             }
-            let due = e.active_at + after;
-            if due > now {
-                self.idle.checks.insert((due, id));
+            let at = e.active_at + after;
+            if at > now {
+                self.idle.checks.insert((at, id));
             } else if self.evictable(&id, after) {
                 self.evict(&id);
             } else {
-                self.idle.checks.insert((now + after, id));
+                self.idle.checks.insert((again, id));
             }
         }
     }
@@ -96,7 +101,7 @@ impl Engine {
             && p.parent.is_none()
             && !e.blocked()
             && e.waiting.is_empty()
-            && e.wake.is_none_or(|w| w >= self.now + after)
+            && e.wake.is_none_or(|w| w > self.now + after)
             && p.units.values().all(settled)
             && !self.dirty.contains(exec_id)
             && !self.soon.contains(exec_id)
