@@ -311,13 +311,19 @@ pub async fn wait(
         .timeout_ms
         .unwrap_or(WAIT_TIMEOUT_MS_DEFAULT)
         .min(WAIT_TIMEOUT_MS_MAX);
-    // Finished (or unknown): the store answers, the engine is not asked.
-    match reads::execution(state.driver.store().as_ref(), &id).await? {
-        None => return Err(reads::unknown(&id)),
-        Some((status, view)) if status.is_terminal() => {
-            return Ok((StatusCode::OK, axum::Json(view)).into_response())
-        }
-        Some(_) => {}
+    // Unknown or finished: the store answers, the engine is not asked. The
+    // row says which; only a finished execution's history is read and
+    // folded into its view.
+    let store = state.driver.store();
+    let row = store.execution(&id).await.map_err(ApiError::storage)?;
+    let Some(row) = row else {
+        return Err(reads::unknown(&id));
+    };
+    if parse_status(&row.status).is_ok_and(|s| s.is_terminal()) {
+        return match reads::execution(store.as_ref(), &id).await? {
+            Some((_, view)) => Ok((StatusCode::OK, axum::Json(view)).into_response()),
+            None => Err(reads::unknown(&id)),
+        };
     }
     Ok(respond(
         state
