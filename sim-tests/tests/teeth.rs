@@ -203,6 +203,17 @@ fn a_hand_out_attached_to_a_dead_session_is_caught() {
     );
 }
 
+#[test]
+fn an_evicted_execution_that_forgets_its_timer_is_caught() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::EvictionLosesTimer,
+        Scenario::Swarm,
+        60,
+        &[Invariant::Liveness],
+    );
+}
+
 /// Seed budgets of the cluster teeth: about ten times the first catch
 /// measured when they were set (first catches at seeds 0x1, 0x0 and 0xd;
 /// of 200 release seeds they caught 17, 131 and 13 — see the simulation

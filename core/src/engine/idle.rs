@@ -119,7 +119,7 @@ impl Engine {
         }
         self.unindex(exec_id, &e.proj);
         self.loads.forgot(exec_id);
-        if let Some(t) = wake {
+        if let Some(t) = wake.filter(|_| !self.planted(super::Bug::EvictionLosesTimer)) {
             self.idle.dormant.insert((t, exec_id.to_string()));
         }
         self.idle.evicted.insert(exec_id.to_string(), wake);

@@ -29,17 +29,21 @@ pub enum Bug {
     /// for tasks never confirmed skips tokens of dead sessions (the two
     /// halves of the original bug).
     HandOutToDeadSession,
+    /// An execution evicted for idleness forgets its next wake-up: it comes
+    /// back only when a command names it.
+    EvictionLosesTimer,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::UncertainAsFailed,
         Bug::StaleFailureAccepted,
         Bug::DoubleSuccess,
         Bug::DispatchBeforeCommit,
         Bug::KeyReleasedOnAmbiguous,
         Bug::HandOutToDeadSession,
+        Bug::EvictionLosesTimer,
     ];
 
     /// Its name on the command line (`orbit-sim --plant NAME`).
@@ -51,6 +55,7 @@ impl Bug {
             Bug::DispatchBeforeCommit => "dispatch-before-commit",
             Bug::KeyReleasedOnAmbiguous => "key-released-on-ambiguous",
             Bug::HandOutToDeadSession => "hand-out-to-dead-session",
+            Bug::EvictionLosesTimer => "eviction-loses-timer",
         }
     }
 

@@ -27,8 +27,9 @@ const USAGE: &str =
   --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
                   uncertain-as-failed, stale-failure-accepted, double-success,
                   dispatch-before-commit, key-released-on-ambiguous,
-                  hand-out-to-dead-session; and cluster bugs (cluster-leader):
-                  skip-epoch-check, lease-by-own-clock, serve-before-recovery
+                  hand-out-to-dead-session, eviction-loses-timer; and cluster
+                  bugs (cluster-leader): skip-epoch-check, lease-by-own-clock,
+                  serve-before-recovery
   --trace         print every step of the world (with --seed)
   --quiet         with --seeds, print only failures and the summary";
 
