@@ -96,3 +96,15 @@ fn a_late_delivery_is_judged_against_its_own_scheduling() {
 fn cluster_ambiguous_hand_out_after_a_takeover() {
     passes(0x134371ab6, Scenario::ClusterLeader);
 }
+
+/// Engine, found by the per-commit CI exploration: after a restart, a
+/// worker reported the result of a recovered delivery, the result's commit
+/// failed (database unreachable), and the worker crashed. The result had
+/// already marked the delivery as heard from, so neither the recovery
+/// window nor the session check ever made it uncertain, and the unit
+/// stayed dispatched forever. A result no longer confirms its delivery
+/// (nor clears it as orphaned) before its batch commits.
+#[test]
+fn a_result_whose_commit_failed_leaves_its_delivery_watched() {
+    passes(0x12cffad30f63, Scenario::Swarm);
+}

@@ -73,12 +73,11 @@ impl Engine {
         if e.proj.status.is_terminal() {
             return self.reply(id, refused(UNKNOWN_TOKEN));
         }
-        if let Some(t) = self.work.tokens.get_mut(token) {
-            t.confirmed = true;
-            let key = (t.dispatched_at, token.clone());
-            self.work.unconfirmed.remove(&key);
-        }
-        self.work.orphans.remove(token);
+        // A result neither confirms its delivery nor clears it as orphaned:
+        // its batch may fail, and a worker that then disappears would leave
+        // the attempt in flight forever. While the batch is in flight the
+        // execution is blocked, so an orphaned delivery waits; once the
+        // result commits the delivery is no longer current and is dropped.
         let mut txn = Txn::default();
         if !self.draft(&mut txn, &exec_id) {
             return self.reply(id, refused(UNKNOWN_TOKEN));
