@@ -71,11 +71,15 @@ fn sleepers_fall_asleep_and_the_server_has_a_resident_size() {
         "200",
         "--concurrency",
         "20",
+        "--idle-evict",
+        "1s",
         "--quiet",
         "--json",
     ]);
     let r = json_report(&out);
     assert_eq!(r["workload"], "sleepers");
+    // Every sleeper left the server's memory (`--idle-evict`).
+    assert_eq!(r["evicted"], 200, "{r}");
     assert_eq!(r["executions"], 200);
     assert_eq!(r["asleep"], 200);
     assert_eq!(r["errors"], 0);
