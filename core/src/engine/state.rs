@@ -74,7 +74,9 @@ pub(crate) struct TokenRef {
     pub worker_id: String,
     /// The session holding it (none after a restart until re-attached).
     pub session: Option<String>,
-    /// True once listed in `held` or reported.
+    /// True once listed in `held` by a poll or heartbeat (a reported result
+    /// confirms nothing until its batch commits, and then the delivery is no
+    /// longer current).
     pub confirmed: bool,
     /// Dispatch time.
     pub dispatched_at: Millis,
