@@ -52,8 +52,15 @@ workflow Parent version "1.0.0" {
 "#;
 
 fn world(idle_evict_ms: Option<Millis>) -> World {
+    capped(idle_evict_ms, None)
+}
+
+/// A world whose engine holds at most `max_in_memory` running executions
+/// (idle ones beyond it leave at once).
+fn capped(idle_evict_ms: Option<Millis>, max_in_memory: Option<usize>) -> World {
     let mut w = World::new(Config {
         idle_evict_ms,
+        max_in_memory,
         // Workers stay registered however far the clock jumps.
         session_timeout_ms: 24 * 3_600_000,
         ..Config::default()
@@ -187,6 +194,43 @@ fn an_execution_with_a_task_out_stays() {
     assert_eq!(w.engine.evicted(), 0);
 }
 
+#[test]
+fn beyond_the_cap_idle_executions_leave_at_once() {
+    let ids = ["c-1", "c-2", "c-3", "c-4", "c-5"];
+    let scenario = |w: &mut World| {
+        for id in &ids[..4] {
+            w.start("Nap", id, json!({"n": 1}));
+        }
+        // A busy one: its task is out, so it stays whatever the cap.
+        w.start("Flaky", "c-5", json!({"n": 1}));
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        w.at(1_000);
+        let in_memory = w.engine.executions_in_memory();
+        w.heartbeat(&s, &[&t.token]);
+        let mut replies = vec![w.succeed(&t.token, json!({"n": 2}))];
+        w.at(3_600_000);
+        for _ in &ids[..4] {
+            let t = w.take(&s);
+            replies.push(w.succeed(&t.token, json!({"n": 2})));
+        }
+        (in_memory, replies)
+    };
+    let mut kept = world(None);
+    let mut capped = capped(Some(60_000), Some(2));
+    let (all, a) = scenario(&mut kept);
+    let (some, b) = scenario(&mut capped);
+    assert_eq!(a, b, "replies differ with the cap");
+    for id in ids {
+        assert_eq!(kept.logs(id), capped.logs(id), "history of {id} differs");
+        assert_eq!(capped.status(id), "completed");
+    }
+    assert_eq!(all, 5);
+    // Three sleepers left a second in, a minute before their delay: two
+    // remain, the busy one among them.
+    assert_eq!(some, 2);
+}
+
 /// One input of the property below.
 #[derive(Debug, Clone)]
 enum Action {
@@ -217,8 +261,13 @@ fn action() -> impl Strategy<Value = Action> {
 
 /// Runs `actions`; `evict` says whether `Evict` forces eviction. Returns
 /// every reply in order and the histories of all executions.
-fn run(actions: &[Action], idle_evict_ms: Option<Millis>, evict: bool) -> (Vec<Value>, String) {
-    let mut w = world(idle_evict_ms);
+fn run(
+    actions: &[Action],
+    idle_evict_ms: Option<Millis>,
+    max_in_memory: Option<usize>,
+    evict: bool,
+) -> (Vec<Value>, String) {
+    let mut w = capped(idle_evict_ms, max_in_memory);
     let session = w.register("w-1", &["demo.*"]);
     let mut tokens: Vec<String> = Vec::new();
     let mut replies = Vec::new();
@@ -291,12 +340,15 @@ fn run(actions: &[Action], idle_evict_ms: Option<Millis>, evict: bool) -> (Vec<V
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
 
-    /// Eviction — on a timer, or forced at any point — changes neither a
-    /// reply nor an event.
+    /// Eviction — on a timer, under a cap of one execution in memory, or
+    /// forced at any point — changes neither a reply nor an event.
     #[test]
     fn eviction_is_invisible(actions in proptest::collection::vec(action(), 1..60)) {
-        let (kept_replies, kept_histories) = run(&actions, None, false);
-        let (replies, histories) = run(&actions, Some(10_000), true);
+        let (kept_replies, kept_histories) = run(&actions, None, None, false);
+        let (replies, histories) = run(&actions, Some(10_000), None, true);
+        prop_assert_eq!(&kept_replies, &replies);
+        prop_assert_eq!(&kept_histories, &histories);
+        let (replies, histories) = run(&actions, Some(10_000), Some(1), false);
         prop_assert_eq!(&kept_replies, &replies);
         prop_assert_eq!(&kept_histories, &histories);
     }

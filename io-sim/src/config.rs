@@ -264,6 +264,8 @@ pub struct SimConfig {
     pub node_timeout_ms: Millis,
     /// The server's `--idle-evict`, in ms (`None`: off).
     pub idle_evict_ms: Option<Millis>,
+    /// The server's `--max-in-memory-executions` (`None`: no cap).
+    pub max_in_memory: Option<usize>,
 }
 
 fn p(rng: &mut SimRng, max: f64) -> f64 {
@@ -302,6 +304,7 @@ impl SimConfig {
             cluster_nodes: 1,
             node_timeout_ms: 5_000,
             idle_evict_ms: Some(orbit_core::engine::IDLE_EVICT_MS),
+            max_in_memory: Some(orbit_core::engine::MAX_IN_MEMORY),
         };
         let f = &mut c.faults;
         f.net_delay_ms_max = rng.between(1, 200);
@@ -512,6 +515,12 @@ impl SimConfig {
             2 => Some(rng.between(1, 10) * 1000),
             _ => Some(orbit_core::engine::IDLE_EVICT_MS),
         };
+        // A cap small enough to bind: idle executions leave under pressure,
+        // before their delay.
+        c.max_in_memory = match rng.between(0, 2) {
+            0 => Some(rng.between(1, 8) as usize),
+            _ => Some(orbit_core::engine::MAX_IN_MEMORY),
+        };
         c
     }
 
@@ -559,6 +568,10 @@ impl fmt::Display for SimConfig {
         match self.idle_evict_ms {
             Some(ms) => writeln!(f, "idle_evict_ms = {ms}")?,
             None => writeln!(f, "idle_evict_ms = none")?,
+        }
+        match self.max_in_memory {
+            Some(n) => writeln!(f, "max_in_memory = {n}")?,
+            None => writeln!(f, "max_in_memory = none")?,
         }
         if self.cluster_nodes > 1 {
             writeln!(f, "cluster_nodes = {}", self.cluster_nodes)?;

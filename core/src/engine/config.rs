@@ -24,10 +24,19 @@ pub struct Config {
     /// nothing but time or a command leaves memory (see `idle`); `None`
     /// keeps every live execution in memory.
     pub idle_evict_ms: Option<Millis>,
+    /// `--max-in-memory-executions`: once more executions than this are in
+    /// memory, idle ones leave before their `idle_evict_ms` has passed,
+    /// least recently active first (busy ones never do); `None`: no cap.
+    /// Only with eviction on.
+    pub max_in_memory: Option<usize>,
 }
 
 /// Default [`Config::idle_evict_ms`]: one minute.
 pub const IDLE_EVICT_MS: Millis = 60_000;
+
+/// Default [`Config::max_in_memory`]: the size of a worker's workflow
+/// cache in Temporal's SDKs, and a few tens of MiB of executions.
+pub const MAX_IN_MEMORY: usize = 10_000;
 
 /// Default [`Config::finished_cache`].
 pub const FINISHED_CACHE: usize = 1000;
@@ -41,6 +50,7 @@ impl Default for Config {
             epoch: None,
             finished_cache: FINISHED_CACHE,
             idle_evict_ms: Some(IDLE_EVICT_MS),
+            max_in_memory: Some(MAX_IN_MEMORY),
         }
     }
 }

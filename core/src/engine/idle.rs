@@ -7,12 +7,23 @@
 //! When the wake-up is due it is loaded back ([`super::load`]) and decided
 //! as if it had never left; a command naming it loads it first.
 //!
+//! Memory is also capped ([`super::Config::max_in_memory`]): while more
+//! executions than that are in memory, idle ones leave at once, least
+//! recently active first, however briefly they have waited. A burst of
+//! sleepers therefore never holds more than the cap, and since the same
+//! eviction is invisible, the cap changes when the store is read, never
+//! what happens.
+//!
 //! Executions in a parent/child relation stay: a parent decides from its
 //! children's state in memory, and a child's end is recorded by its parent.
 
 use super::{Engine, TICK_MS};
 use crate::history::{DispatchState, Millis, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// How many busy executions one tick looks at, beyond the excess, when
+/// memory is over its cap.
+const PRESSURE_LOOK: usize = 256;
 
 /// What the engine keeps of evicted executions, and when to look at the
 /// others again.
@@ -78,6 +89,42 @@ impl Engine {
                 self.idle.checks.insert((again, id));
             }
         }
+        self.evict_over_cap(after);
+    }
+
+    /// Past the cap on executions in memory, evicts idle ones before their
+    /// time, least recently active first. Each tick looks at no more than
+    /// the excess and [`PRESSURE_LOOK`] more: a busy execution looked at is
+    /// looked at again a delay later, so busy ones at the front cannot stall
+    /// the others, and a server full of busy executions pays a bounded cost.
+    fn evict_over_cap(&mut self, after: Millis) {
+        let Some(cap) = self.config.max_in_memory else {
+            return;
+        };
+        // Finished executions have their own cache (`finished`).
+        let live = self.executions.len().saturating_sub(self.finished.len());
+        let mut excess = live.saturating_sub(cap);
+        let again = self.now + after.max(TICK_MS);
+        let mut budget = excess + PRESSURE_LOOK;
+        let mut busy = Vec::new();
+        while excess > 0 && budget > 0 {
+            let Some((at, id)) = self.idle.checks.pop_first() else {
+                break;
+            };
+            budget -= 1;
+            let Some(e) = self.executions.get_mut(&id) else {
+                continue;
+            };
+            if e.proj.status.is_terminal() {
+                e.idle_watched = false;
+            } else if self.evictable(&id, after) {
+                self.evict(&id);
+                excess -= 1;
+            } else {
+                busy.push((at.max(again), id));
+            }
+        }
+        self.idle.checks.extend(busy);
     }
 
     /// True when nothing but time or a command can move `exec_id`.

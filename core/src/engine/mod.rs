@@ -35,7 +35,7 @@ pub use batch::{
     Batch, BatchId, DefinitionRecord, ExecutionAppend, IdempotencyRecord, StorageResult,
     StoredExecution, Summary,
 };
-pub use config::{Config, FINISHED_CACHE, IDLE_EVICT_MS};
+pub use config::{Config, FINISHED_CACHE, IDLE_EVICT_MS, MAX_IN_MEMORY};
 pub use effect::{Effect, Response, Task};
 pub use ids::{CountingIds, IdSource};
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};

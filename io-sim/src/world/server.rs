@@ -36,6 +36,7 @@ impl World {
             idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
             epoch,
             idle_evict_ms: self.cfg.idle_evict_ms,
+            max_in_memory: self.cfg.max_in_memory,
             ..Config::default()
         };
         let mut engine = Engine::new(config, Box::new(ids));

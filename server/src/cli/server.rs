@@ -58,6 +58,11 @@ pub struct Args {
     /// running execution in memory.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub idle_evict: Duration,
+    /// Once more running executions than this are in memory, idle ones
+    /// leave before `--idle-evict` has passed, least recently active first
+    /// (busy ones stay); `0`: no cap. Applies only with `--idle-evict` on.
+    #[arg(long, default_value_t = orbit_core::engine::MAX_IN_MEMORY)]
+    pub max_in_memory_executions: usize,
     /// Auth file (TOML): named tokens with roles admin, client or worker,
     /// stored as SHA-256 hex. Without it every request is allowed.
     #[arg(long, env = "ORBIT_AUTH")]
@@ -284,6 +289,8 @@ fn driver_options(args: &Args) -> driver::Options {
             epoch: None,
             finished_cache: args.finished_cache,
             idle_evict_ms: (!args.idle_evict.is_zero()).then(|| millis(args.idle_evict)),
+            max_in_memory: (args.max_in_memory_executions > 0)
+                .then_some(args.max_in_memory_executions),
         },
         commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
         ..driver::Options::default()
