@@ -172,13 +172,35 @@ fn a_late_success_of_a_failed_attempt_finds_its_evicted_execution() {
 }
 
 #[test]
-fn parents_and_children_stay_in_memory() {
-    let w = same_either_way(&["p-1"], |w| {
+fn a_parent_waiting_for_its_child_leaves_and_returns_when_the_child_ends() {
+    let w = same_either_way(&["p-1", "p-1.child"], |w| {
         w.start("Parent", "p-1", json!({"n": 1}));
         w.at(120_000);
-        vec![json!(w.engine.evicted())]
+        let away = (w.engine.evicted(), w.engine.executions_in_memory());
+        if w.config.idle_evict_ms.is_some() {
+            // The parent left; its child, asleep, stays.
+            assert_eq!(away, (1, 1));
+        }
+        w.at(3_600_000);
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        let reply = w.succeed(&t.token, json!({"n": 2}));
+        // A tick: the child's end read the parent back, which records it.
+        w.advance(100);
+        vec![reply, json!(w.engine.evicted())]
     });
-    assert_eq!(w.engine.executions_in_memory(), 2);
+    assert_eq!(w.status("p-1.child"), "completed");
+    assert_eq!(w.status("p-1"), "completed");
+    assert_logs(
+        &w.logs("p-1"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 ChildStarted step=child child_id=p-1.child
+        + 3600.0s #4 ChildCompleted step=child child_id=p-1.child
+        + 3600.0s #5 WorkflowCompleted
+        ",
+    );
 }
 
 #[test]
@@ -247,7 +269,7 @@ enum Action {
 
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
-        (0u8..3, 0u8..6).prop_map(|(w, i)| Action::Start(w, i)),
+        (0u8..4, 0u8..6).prop_map(|(w, i)| Action::Start(w, i)),
         prop_oneof![0u64..2_000, 0u64..200_000, 0u64..4_000_000].prop_map(Action::Advance),
         (0u8..6).prop_map(Action::Signal),
         (0u8..6).prop_map(Action::Cancel),
@@ -279,7 +301,7 @@ fn run(
         w.advance(1);
         match a {
             Action::Start(wf, i) => {
-                let workflow = ["Nap", "Gate", "Flaky"][usize::from(*wf)];
+                let workflow = ["Nap", "Gate", "Flaky", "Parent"][usize::from(*wf)];
                 replies.push(w.start(workflow, &id(*i), json!({"n": 1})).body);
             }
             Action::Advance(ms) => w.advance(*ms),
@@ -331,7 +353,7 @@ fn run(
         }
     }
     let histories = (0..6)
-        .map(|i| w.logs(&id(i)))
+        .flat_map(|i| [w.logs(&id(i)), w.logs(&format!("{}.child", id(i)))])
         .collect::<Vec<_>>()
         .join("\n");
     (replies, histories)

@@ -90,6 +90,7 @@ impl Engine {
             self.finish_waits(exec_id);
             if let Some(parent) = parent {
                 self.dirty.insert(parent);
+                self.child_ended(exec_id);
             }
         }
     }

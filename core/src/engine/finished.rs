@@ -54,7 +54,7 @@ impl Engine {
                     |u| matches!(&u.state, UnitState::Child { child_id } if child_id == exec_id),
                 )
             });
-        !parent_waits
+        !parent_waits && !self.awaited(exec_id)
     }
 
     fn forget(&mut self, exec_id: &str) {

@@ -14,8 +14,11 @@
 //! eviction is invisible, the cap changes when the store is read, never
 //! what happens.
 //!
-//! Executions in a parent/child relation stay: a parent decides from its
-//! children's state in memory, and a child's end is recorded by its parent.
+//! A parent waiting for its children leaves too: the engine notes which
+//! running children it awaits, keeps them (children never leave, and a
+//! finished one is not forgotten while its evicted parent awaits it), and
+//! reads the parent back the moment one of them ends, so the parent records
+//! the outcome from memory as if it had stayed.
 
 use super::{Engine, TICK_MS};
 use crate::history::{DispatchState, Millis, Status, UnitState};
@@ -37,6 +40,8 @@ pub(super) struct Idle {
     pub evicted: BTreeMap<String, Option<Millis>>,
     /// Token of a past delivery of an evicted execution → the execution.
     pub tokens: BTreeMap<String, String>,
+    /// Running child → its evicted parent, which awaits its outcome.
+    pub awaited: BTreeMap<String, String>,
 }
 
 impl Engine {
@@ -135,6 +140,11 @@ impl Engine {
         let p = &e.proj;
         let settled = |u: &crate::history::Unit| match &u.state {
             UnitState::Succeeded { .. } | UnitState::Failed { .. } => true,
+            // A running child in memory: its end brings the parent back.
+            UnitState::Child { child_id } => self
+                .executions
+                .get(child_id)
+                .is_some_and(|c| !c.proj.status.is_terminal() && !self.dirty.contains(child_id)),
             // A failed attempt waiting for its retry: none of its
             // deliveries is still wanted (a late success still counts, and
             // finds the execution through `Idle::tokens`).
@@ -163,6 +173,13 @@ impl Engine {
         };
         for token in e.proj.tokens.keys() {
             self.idle.tokens.insert(token.clone(), exec_id.to_string());
+        }
+        for u in e.proj.units.values() {
+            if let UnitState::Child { child_id } = &u.state {
+                self.idle
+                    .awaited
+                    .insert(child_id.clone(), exec_id.to_string());
+            }
         }
         self.unindex(exec_id, &e.proj);
         self.loads.forgot(exec_id);
@@ -199,8 +216,37 @@ impl Engine {
                 for token in e.proj.tokens.keys() {
                     self.idle.tokens.remove(token);
                 }
+                // Its history is as it left it (only it writes there), so
+                // these are the children noted at eviction.
+                for u in e.proj.units.values() {
+                    if let UnitState::Child { child_id } = &u.state {
+                        self.idle.awaited.remove(child_id);
+                    }
+                }
             }
         }
+    }
+
+    /// `child` has ended: an evicted parent awaiting it is read back now,
+    /// to record the outcome (the child stays noted, so kept in memory,
+    /// until the parent is back).
+    pub(super) fn child_ended(&mut self, child: &str) {
+        let Some(parent) = self.idle.awaited.get(child).cloned() else {
+            return;
+        };
+        let Some(wake) = self.idle.evicted.get_mut(&parent) else {
+            return;
+        };
+        if let Some(t) = wake.take() {
+            self.idle.dormant.remove(&(t, parent.clone()));
+        }
+        self.ask_load(vec![parent], Vec::new(), None);
+    }
+
+    /// True while an evicted parent awaits `child`'s outcome: the finished
+    /// child must stay in memory for it.
+    pub(super) fn awaited(&self, child: &str) -> bool {
+        self.idle.awaited.contains_key(child)
     }
 
     /// The evicted execution a past delivery's token belongs to.
