@@ -10,11 +10,13 @@ use async_trait::async_trait;
 use orbit_core::cluster::{check_leader, LeaseState};
 use orbit_core::history::{Event, Millis};
 use orbit_core::store::{
-    check_appends, is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter,
-    Owner, QueueOp, Storage, StorageError, StoredExecution, Transaction,
+    check, is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, Owner,
+    QueueOp, Storage, StorageError, StoredExecution, Transaction,
 };
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
+
+pub mod shared;
 
 /// Deliberate store bugs, for tests that prove the checkers have teeth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,6 +46,9 @@ struct State {
     commits: u64,
     /// The `--cluster` leader lease row, judged by the database's clock.
     lease: LeaseState,
+    /// Shared cluster mode: the inbox, node and worker contacts, and the
+    /// database's clock.
+    shared: shared::Tables,
 }
 
 /// The simulated durable store.
@@ -73,16 +78,21 @@ impl SimStore {
     }
 
     /// Applies `tx` atomically, or returns `Conflict` (nothing applied) as
-    /// the shared rule ([`check_appends`]) decides.
+    /// the shared rule ([`check`]) decides.
     pub fn apply(&self, tx: &Transaction) -> Result<(), StorageError> {
         let mut s = self.lock();
-        check_appends(&tx.appends, |id| {
-            s.executions.get(id).map(|r| Owner {
-                last_seq: r.events.last().map_or(0, |e| e.seq),
-                node_id: &r.owner_node,
-                epoch: r.owner_epoch,
-            })
-        })?;
+        check(
+            &tx.appends,
+            &tx.inbox_consumed,
+            |id| {
+                s.executions.get(id).map(|r| Owner {
+                    last_seq: r.events.last().map_or(0, |e| e.seq),
+                    node_id: &r.owner_node,
+                    epoch: r.owner_epoch,
+                })
+            },
+            |id| s.shared.inbox.get(&id).map(|e| e.execution_id.as_str()),
+        )?;
         if self.bug == StoreBug::LoseLastCommitOnCrash {
             *self.before_last.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
         }
@@ -129,6 +139,9 @@ impl SimStore {
                     s.queue.remove(&(execution_id.clone(), unit.clone()));
                 }
             }
+        }
+        for c in &tx.inbox_consumed {
+            s.shared.inbox.remove(&c.id);
         }
         s.commits += 1;
         Ok(())
