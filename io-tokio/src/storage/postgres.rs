@@ -20,6 +20,7 @@ use async_trait::async_trait;
 
 mod in_doubt;
 mod reads;
+mod shared;
 pub use in_doubt::{InDoubt, Outcome};
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -57,6 +58,8 @@ impl PostgresOptions {
 pub struct PostgresStore {
     writer: PgPool,
     readers: PgPool,
+    /// Shared cluster mode's calls (connected on first use).
+    cluster: PgPool,
     /// `--cluster`: the leadership term every commit checks.
     fence: Option<Arc<LeaderFence>>,
     /// Commits whose outcome could not be settled yet (see
@@ -106,10 +109,13 @@ impl PostgresStore {
             .await
             .map_err(|e| StorageError::Unavailable(format!("migration failed: {e}")))?;
         let readers = pool_options(options.readers.max(1), options.acquire_timeout)
-            .connect_lazy_with(connect);
+            .connect_lazy_with(connect.clone());
+        let cluster = pool_options(options.readers.max(1), options.acquire_timeout)
+            .connect_lazy_with(connect.application_name("orbit-shared"));
         Ok(PostgresStore {
             writer,
             readers,
+            cluster,
             fence: None,
             in_doubt: Arc::default(),
         })
@@ -178,6 +184,7 @@ impl PostgresStore {
 
     /// Closes every connection.
     pub async fn close(&self) {
+        self.cluster.close().await;
         self.readers.close().await;
         self.writer.close().await;
     }
