@@ -116,7 +116,8 @@ fn queued(check: &'static str, sent: Sent) -> Result<(i64, Fence), Violation> {
     }
 }
 
-/// Takes over from `dead` for `node` over `live` until nothing is left.
+/// Takes over from `dead` for `node` over `live`, in batches of 2, until a
+/// batch comes back short (nothing in this suite holds a row meanwhile).
 async fn take_all<S: Storage + Store>(
     store: &S,
     check: &'static str,

@@ -285,8 +285,9 @@ pub trait Store: Send + Sync {
     /// survivors with different views still never both take one. Takes
     /// nothing unless, judged in the same transaction by the database's
     /// clock with `timeout_ms`, `node_id` is live and `dead` is not. Returns
-    /// what moved, by id; fewer than `limit` means none of `dead`'s share
-    /// for `node_id` is left.
+    /// what moved, by id. Rows held at that instant by a commit, a send or
+    /// a claim are passed over (PostgreSQL: `SKIP LOCKED`) and moved by a
+    /// later call: the node calls again while [`Store::beat`] lists `dead`.
     async fn take_over(
         &self,
         node_id: &str,
@@ -324,7 +325,9 @@ pub trait Store: Send + Sync {
     /// ([`Dispatch`]) to the execution's owner, in one transaction.
     /// Concurrent polls never get the same row (PostgreSQL: `FOR UPDATE
     /// SKIP LOCKED`), and a claim never waits for an owner's commit.
-    /// `None` when nothing matches.
+    /// `None` when nothing matches — or, on PostgreSQL, when each of the
+    /// oldest rows of every task (64 of each) is being claimed, or its
+    /// execution committed, at that instant: the poll asks again.
     async fn claim(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError>;
 
     /// Records the contact of every session in `sessions` as polling

@@ -36,6 +36,9 @@ fn silent_ms(column: &str) -> String {
     format!("GREATEST(0, (EXTRACT(EPOCH FROM (now() - {column})) * 1000)::BIGINT)")
 }
 
+/// How many of the oldest rows of each task a claim looks at.
+const CLAIM_WINDOW: u32 = 64;
+
 /// The database's now in ms since the Unix epoch.
 const NOW_MS: &str = "(EXTRACT(EPOCH FROM now()) * 1000)::BIGINT";
 
@@ -283,11 +286,22 @@ impl PostgresStore {
         conn: &mut PgConnection,
         poll: &Poll,
     ) -> Result<Option<Claimed>, StorageError> {
+        // The oldest rows of each task, walked in claim order along
+        // task_queue_claim (a sort of every matching row instead costs
+        // milliseconds once thousands are queued), then the oldest of
+        // those that is free.
         let row = sqlx::query(&format!(
-            "SELECT q.execution_id, q.unit, q.task, q.enqueued_at, q.body, \
+            "WITH candidates AS ( \
+               SELECT c.execution_id, c.unit FROM UNNEST($1::text[]) AS t (task) \
+               CROSS JOIN LATERAL ( \
+                 SELECT q.execution_id, q.unit FROM task_queue q WHERE q.task = t.task \
+                 ORDER BY q.enqueued_at, q.execution_id, q.unit LIMIT {CLAIM_WINDOW}) AS c) \
+             SELECT q.execution_id, q.unit, q.task, q.enqueued_at, q.body, \
                     x.owner_node, x.owner_epoch \
-             FROM task_queue q JOIN executions x ON x.id = q.execution_id \
-             WHERE q.task = ANY($1) AND x.{ACTIVE} \
+             FROM task_queue q \
+             JOIN candidates c ON c.execution_id = q.execution_id AND c.unit = q.unit \
+             JOIN executions x ON x.id = q.execution_id \
+             WHERE x.{ACTIVE} \
              ORDER BY q.enqueued_at, q.execution_id, q.unit LIMIT 1 \
              FOR UPDATE OF q SKIP LOCKED FOR SHARE OF x SKIP LOCKED"
         ))
