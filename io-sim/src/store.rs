@@ -4,7 +4,9 @@
 //! when the server died either landed whole or not at all (the world
 //! decides). Faults (unavailable, ambiguous, slow commits) are injected by
 //! the world around [`SimStore::apply`]; the store itself is honest unless a
-//! planted bug ([`StoreBug`]) is switched on for the "teeth" tests.
+//! planted bug ([`StoreBug`]) is switched on for the "teeth" tests. The
+//! calls of shared cluster mode (membership, takeover, inbox, claims) are
+//! in [`shared`], with the same fault model ([`shared::Faulty`]).
 
 use async_trait::async_trait;
 use orbit_core::cluster::{check_leader, LeaseState};

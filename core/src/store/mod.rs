@@ -57,7 +57,7 @@ pub enum StorageError {
 ///
 /// Implementations: `SqliteStore` and `PostgresStore` (in `orbit-io-tokio`)
 /// and the simulation's `SimStore`; all pass the same [`contract`] suite and
-/// decide conflicts with [`check_appends`].
+/// decide conflicts with [`check`].
 #[async_trait]
 pub trait Storage: Send + Sync {
     /// Applies `tx` atomically: every part of it, or nothing.

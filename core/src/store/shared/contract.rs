@@ -147,6 +147,7 @@ pub async fn run<S: Storage + Store>(store: &S) -> Result<(), Violation> {
     two_survivors_never_take_the_same_execution(store).await?;
     only_a_live_node_takes_over_and_only_from_a_dead_one(store).await?;
     finished_executions_are_never_taken(store).await?;
+    executions_written_without_a_fence_are_taken_over(store).await?;
     the_inbox_is_read_in_order_and_consumed_with_the_events(store).await?;
     a_dead_nodes_inbox_moves_with_its_executions(store).await?;
     a_send_to_a_finished_or_unknown_execution_stores_nothing(store).await?;
@@ -411,6 +412,53 @@ pub async fn finished_executions_are_never_taken<S: Storage + Store>(
     store
         .commit(&Transaction {
             appends: vec![late],
+            ..Transaction::default()
+        })
+        .await
+        .map_err(io(C))?;
+    Ok(())
+}
+
+/// An execution written without a fence (by a single server, before the
+/// database served shared mode) has the owner `""`, which is never alive:
+/// it is listed dead and taken over at epoch 1.
+pub async fn executions_written_without_a_fence_are_taken_over<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "executions_written_without_a_fence_are_taken_over";
+    let me = unique("me");
+    let x = unique("x");
+    store
+        .commit(&Transaction {
+            appends: vec![append(&x, 0, 2)],
+            ..Transaction::default()
+        })
+        .await
+        .map_err(io(C))?;
+    let members = store
+        .beat(&me, "http://me", TIMEOUT_MS)
+        .await
+        .map_err(io(C))?;
+    ensure!(
+        C,
+        members.dead.iter().any(String::is_empty),
+        "dead {:?}",
+        members.dead
+    );
+    let taken = take_all(store, C, &me, "", std::slice::from_ref(&me)).await?;
+    ensure!(
+        C,
+        taken.contains(&Taken {
+            execution_id: x.clone(),
+            epoch: 1
+        }),
+        "taken {taken:?}"
+    );
+    let mut owner = append(&x, 2, 3);
+    owner.fence = Some(fence(&me, 1));
+    store
+        .commit(&Transaction {
+            appends: vec![owner],
             ..Transaction::default()
         })
         .await
