@@ -190,3 +190,24 @@ fn faulty_calls_apply_all_or_nothing() {
     let entries = store.inbox_entries();
     assert!(entries.iter().all(|(_, node, _)| node == "n2"));
 }
+
+#[test]
+fn long_silent_contacts_are_forgotten() {
+    let store = SimStore::new();
+    block_on(store.commit(&owned("x", "n1", 1))).unwrap();
+    block_on(store.beat("n1", "http://n1", 1_000)).unwrap();
+    block_on(store.touch_sessions("n1", &["s1".to_owned()])).unwrap();
+    store.set_clock(5_000);
+    block_on(store.touch_sessions("n2", &["s2".to_owned()])).unwrap();
+    assert_eq!(block_on(store.forget_sessions(6_000)).unwrap(), 0);
+    assert_eq!(block_on(store.forget_sessions(3_000)).unwrap(), 1);
+    let left = block_on(store.session_contacts(&["s1".to_owned(), "s2".to_owned()])).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].session, "s2");
+    // n1's contact is forgotten after ten timeouts; it is still dead by
+    // what it owns.
+    store.set_clock(20_000);
+    let m = block_on(store.beat("n2", "http://n2", 1_000)).unwrap();
+    assert_eq!(m.live_ids(), vec!["n2".to_owned()]);
+    assert_eq!(m.dead, vec!["n1".to_owned()]);
+}

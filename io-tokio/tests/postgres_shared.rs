@@ -177,6 +177,10 @@ async fn a_node_silent_for_the_timeout_is_taken_over() {
     store.commit(&owned("x", "n1", 1)).await.unwrap();
     let timeout_ms = 400;
     store.beat("n1", "http://n1", timeout_ms).await.unwrap();
+    store
+        .touch_sessions("n1", &["s1".to_owned()])
+        .await
+        .unwrap();
     let m = store.beat("n2", "http://n2", timeout_ms).await.unwrap();
     assert!(m.dead.is_empty(), "{m:?}");
     let live = vec!["n2".to_owned()];
@@ -189,6 +193,15 @@ async fn a_node_silent_for_the_timeout_is_taken_over() {
     let m = store.beat("n2", "http://n2", timeout_ms).await.unwrap();
     assert_eq!(m.dead, vec!["n1".to_owned()]);
     assert_eq!(m.live_ids(), live);
+    // n1's worker session went silent with it.
+    let contacts = store.session_contacts(&["s1".to_owned()]).await.unwrap();
+    assert!(contacts[0].silent_ms >= timeout_ms, "{contacts:?}");
+    assert_eq!(store.forget_sessions(timeout_ms).await.unwrap(), 1);
+    assert!(store
+        .session_contacts(&["s1".to_owned()])
+        .await
+        .unwrap()
+        .is_empty());
     let taken = store
         .take_over("n2", "n1", &live, timeout_ms, 10)
         .await

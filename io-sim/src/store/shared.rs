@@ -125,6 +125,10 @@ impl SimStore {
         refuse_empty(node_id)?;
         let mut s = self.lock();
         let now = s.shared.clock;
+        let forget = timeout_ms.saturating_mul(10);
+        s.shared
+            .nodes
+            .retain(|_, (_, seen)| now.saturating_sub(*seen) <= forget);
         s.shared
             .nodes
             .insert(node_id.to_owned(), (advertise.to_owned(), now));
@@ -337,6 +341,17 @@ impl SimStore {
             })
             .collect()
     }
+
+    /// [`shared::Store::forget_sessions`], applied now.
+    pub fn forget_sessions_now(&self, silent_ms: Millis) -> u64 {
+        let mut s = self.lock();
+        let now = s.shared.clock;
+        let before = s.shared.sessions.len();
+        s.shared
+            .sessions
+            .retain(|_, (_, seen)| now.saturating_sub(*seen) <= silent_ms);
+        (before - s.shared.sessions.len()) as u64
+    }
 }
 
 #[async_trait]
@@ -392,6 +407,10 @@ impl shared::Store for SimStore {
         sessions: &[String],
     ) -> Result<Vec<SessionContact>, StorageError> {
         Ok(self.session_contacts_now(sessions))
+    }
+
+    async fn forget_sessions(&self, silent_ms: Millis) -> Result<u64, StorageError> {
+        Ok(self.forget_sessions_now(silent_ms))
     }
 }
 
@@ -545,5 +564,9 @@ impl shared::Store for Faulty {
         sessions: &[String],
     ) -> Result<Vec<SessionContact>, StorageError> {
         self.read(|s| s.session_contacts_now(sessions))
+    }
+
+    async fn forget_sessions(&self, silent_ms: Millis) -> Result<u64, StorageError> {
+        self.write(|s| Ok(s.forget_sessions_now(silent_ms)))
     }
 }

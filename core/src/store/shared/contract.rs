@@ -942,6 +942,10 @@ pub async fn session_contacts_are_read_back<S: Storage + Store>(
         got.iter().all(|c| c.silent_ms < TIMEOUT_MS),
         "contacts {got:?}"
     );
+    // Contacts this recent are kept by a chore that forgets silent ones.
+    store.forget_sessions(TIMEOUT_MS).await.map_err(io(C))?;
+    let kept = store.session_contacts(&sessions).await.map_err(io(C))?;
+    ensure!(C, kept.len() == 3, "recent contacts forgotten: {kept:?}");
     Ok(())
 }
 

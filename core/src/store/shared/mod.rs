@@ -17,8 +17,8 @@
 //! - `nodes (node_id, advertise, last_seen)`: each server's contact, every
 //!   250 ms, stamped with the *database's* clock; a node silent for
 //!   `--node-timeout` by that clock is dead. Who is dead and what it owns
-//!   is read from `executions`, so a node whose contact row is gone is still
-//!   found by what it owns.
+//!   is read from `executions`, so a node whose contact row is gone (beats
+//!   forget long-silent ones) is still found by what it owns.
 //! - `inbox (id, node_id, execution_id, kind, body, created_at)`: commands
 //!   for an execution's owner, addressed to it by node and read in `id`
 //!   order. The owner deletes an entry in the commit of the events it
@@ -267,7 +267,9 @@ pub trait Store: Send + Sync {
     /// Writes `node_id`'s contact (`advertise`) at the database's now, then
     /// answers, at that same instant, the members heard from within
     /// `timeout_ms` and the dead nodes that still own non-terminal
-    /// executions. An empty `node_id` is refused.
+    /// executions. Contacts silent for ten timeouts are forgotten: they are
+    /// dead to every node using the same timeout, and who is dead is read
+    /// from the executions. An empty `node_id` is refused.
     async fn beat(
         &self,
         node_id: &str,
@@ -339,6 +341,11 @@ pub trait Store: Send + Sync {
         &self,
         sessions: &[String],
     ) -> Result<Vec<SessionContact>, StorageError>;
+
+    /// Deletes the contacts of sessions silent for longer than `silent_ms`
+    /// (a background chore: a session without a contact is lost to every
+    /// owner anyway). Returns how many went.
+    async fn forget_sessions(&self, silent_ms: Millis) -> Result<u64, StorageError>;
 }
 
 #[cfg(test)]

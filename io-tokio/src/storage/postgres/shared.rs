@@ -136,6 +136,11 @@ impl PostgresStore {
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?;
+        sqlx::query("DELETE FROM nodes WHERE last_seen < now() - $1 * interval '1 millisecond'")
+            .bind(millis(timeout_ms.saturating_mul(10)))
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
         let rows = sqlx::query(&format!(
             "SELECT node_id, advertise, {} FROM nodes \
              WHERE last_seen >= now() - $1 * interval '1 millisecond' ORDER BY node_id",
@@ -499,5 +504,18 @@ impl shared::Store for PostgresStore {
                 })
             })
             .collect()
+    }
+
+    async fn forget_sessions(&self, silent_ms: Millis) -> Result<u64, StorageError> {
+        self.settled().await?;
+        let gone = sqlx::query(
+            "DELETE FROM worker_sessions WHERE last_seen < now() - $1 * interval '1 millisecond'",
+        )
+        .bind(millis(silent_ms))
+        .execute(&self.cluster)
+        .await
+        .map_err(unavailable)?
+        .rows_affected();
+        Ok(gone)
     }
 }
