@@ -29,6 +29,13 @@ pub enum StoreBug {
     /// A crash silently drops the most recent committed transaction (a
     /// write acknowledged before it was durable).
     LoseLastCommitOnCrash,
+    /// Shared mode: a commit writes the events of the inbox entries it
+    /// consumes but leaves the entries in the inbox (applied again later).
+    KeepConsumedEntries,
+    /// Shared mode: a takeover moves executions to the new owner without
+    /// bumping their epoch (a paused owner that gets one back can write
+    /// beside it).
+    TakeOverKeepsEpoch,
 }
 
 #[derive(Debug, Clone)]
@@ -142,8 +149,10 @@ impl SimStore {
                 }
             }
         }
-        for c in &tx.inbox_consumed {
-            s.shared.inbox.remove(&c.id);
+        if self.bug != StoreBug::KeepConsumedEntries {
+            for c in &tx.inbox_consumed {
+                s.shared.inbox.remove(&c.id);
+            }
         }
         s.commits += 1;
         Ok(())

@@ -211,3 +211,25 @@ fn long_silent_contacts_are_forgotten() {
     assert_eq!(m.live_ids(), vec!["n2".to_owned()]);
     assert_eq!(m.dead, vec!["n1".to_owned()]);
 }
+
+/// The shared-mode suite catches the planted shared-mode store bugs, each
+/// in the check that names what it breaks.
+#[test]
+fn the_shared_mode_suite_has_teeth() {
+    for (bug, check) in [
+        (
+            StoreBug::KeepConsumedEntries,
+            "the_inbox_is_read_in_order_and_consumed_with_the_events",
+        ),
+        (
+            StoreBug::TakeOverKeepsEpoch,
+            "a_takeover_bumps_the_epoch_and_fences_the_old_owner",
+        ),
+    ] {
+        let store = SimStore::with_bug(bug);
+        match block_on(shared::contract::run(&store)) {
+            Err(v) => assert_eq!(v.check, check, "{bug:?}: {v}"),
+            Ok(()) => panic!("{bug:?} passed the shared-mode suite"),
+        }
+    }
+}

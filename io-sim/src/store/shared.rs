@@ -6,7 +6,7 @@
 //! it: a call fails `Unavailable` with nothing applied, or `Ambiguous`
 //! having applied whole or not at all.
 
-use super::{SimStore, State};
+use super::{SimStore, State, StoreBug};
 use async_trait::async_trait;
 use orbit_core::history::Millis;
 use orbit_core::store::shared::{
@@ -190,7 +190,9 @@ impl SimStore {
         for id in ids {
             if let Some(r) = s.executions.get_mut(&id) {
                 r.owner_node = node_id.to_owned();
-                r.owner_epoch += 1;
+                if self.bug != StoreBug::TakeOverKeepsEpoch {
+                    r.owner_epoch += 1;
+                }
                 taken.push(Taken {
                     execution_id: id.clone(),
                     epoch: r.owner_epoch,
