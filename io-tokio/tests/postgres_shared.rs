@@ -321,3 +321,68 @@ async fn sends_racing_a_takeover_reach_the_new_owner() {
     assert!(store.inbox("a", 0, 1_000).await.unwrap().is_empty());
     store.close().await;
 }
+
+/// Three survivors with different views of who is live (one thinks it is
+/// alone) take over one dead node's 300 executions at once, from stores of
+/// their own: each execution is taken exactly once, at epoch 2, by the
+/// node its row now names.
+#[tokio::test]
+async fn survivors_with_different_views_never_take_one_execution_twice() {
+    let Some(db) = ScratchDatabase::create("views").await else {
+        return;
+    };
+    let store = open(&db).await;
+    let ids: Vec<String> = (0..300).map(|i| format!("x{i}")).collect();
+    let mut batch = Transaction::default();
+    for id in &ids {
+        batch.merge(owned(id, "dead", 1));
+    }
+    store.commit(&batch).await.unwrap();
+    let views: [(&str, Vec<&str>); 3] = [
+        ("a", vec!["a", "b", "c"]),
+        ("b", vec!["a", "b"]),
+        ("c", vec!["c"]),
+    ];
+    for (node, _) in &views {
+        store.beat(node, "http://x", 60_000).await.unwrap();
+    }
+    let mut survivors = Vec::new();
+    for (node, view) in views {
+        let server = open(&db).await;
+        let view: Vec<String> = view.into_iter().map(str::to_owned).collect();
+        survivors.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let taken = server
+                    .take_over(node, "dead", &view, 60_000, 7)
+                    .await
+                    .unwrap();
+                if taken.is_empty() {
+                    return (node, got);
+                }
+                got.extend(taken);
+            }
+        }));
+    }
+    let mut all = BTreeSet::new();
+    let mut count = 0;
+    for s in survivors {
+        let (node, got) = s.await.unwrap();
+        for t in got {
+            assert_eq!(t.epoch, 2, "{t:?}");
+            count += 1;
+            all.insert(t.execution_id.clone());
+            // The row names the node that took it: a send reaches it.
+            match store.send(&t.execution_id, Kind::Signal, &json!(1)).await {
+                Ok(Sent::Queued { owner, .. }) => assert_eq!(owner.node_id, node),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    // c thinks it is alone, so every execution has a taker.
+    assert_eq!(count, 300);
+    assert_eq!(all.len(), 300);
+    let m = store.beat("a", "http://x", 60_000).await.unwrap();
+    assert!(!m.dead.contains(&"dead".to_owned()), "{m:?}");
+    store.close().await;
+}
