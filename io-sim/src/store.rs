@@ -4,17 +4,21 @@
 //! when the server died either landed whole or not at all (the world
 //! decides). Faults (unavailable, ambiguous, slow commits) are injected by
 //! the world around [`SimStore::apply`]; the store itself is honest unless a
-//! planted bug ([`StoreBug`]) is switched on for the "teeth" tests.
+//! planted bug ([`StoreBug`]) is switched on for the "teeth" tests. The
+//! calls of shared cluster mode (membership, takeover, inbox, claims) are
+//! in [`shared`], with the same fault model ([`shared::Faulty`]).
 
 use async_trait::async_trait;
 use orbit_core::cluster::{check_leader, LeaseState};
 use orbit_core::history::{Event, Millis};
 use orbit_core::store::{
-    check_appends, is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter,
-    Owner, QueueOp, Storage, StorageError, StoredExecution, Transaction,
+    check, is_terminal, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, Owner,
+    QueueOp, Storage, StorageError, StoredExecution, Transaction,
 };
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
+
+pub mod shared;
 
 /// Deliberate store bugs, for tests that prove the checkers have teeth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -25,6 +29,13 @@ pub enum StoreBug {
     /// A crash silently drops the most recent committed transaction (a
     /// write acknowledged before it was durable).
     LoseLastCommitOnCrash,
+    /// Shared mode: a commit writes the events of the inbox entries it
+    /// consumes but leaves the entries in the inbox (applied again later).
+    KeepConsumedEntries,
+    /// Shared mode: a takeover moves executions to the new owner without
+    /// bumping their epoch (a paused owner that gets one back can write
+    /// beside it).
+    TakeOverKeepsEpoch,
 }
 
 #[derive(Debug, Clone)]
@@ -44,6 +55,9 @@ struct State {
     commits: u64,
     /// The `--cluster` leader lease row, judged by the database's clock.
     lease: LeaseState,
+    /// Shared cluster mode: the inbox, node and worker contacts, and the
+    /// database's clock.
+    shared: shared::Tables,
 }
 
 /// The simulated durable store.
@@ -73,16 +87,21 @@ impl SimStore {
     }
 
     /// Applies `tx` atomically, or returns `Conflict` (nothing applied) as
-    /// the shared rule ([`check_appends`]) decides.
+    /// the shared rule ([`check`]) decides.
     pub fn apply(&self, tx: &Transaction) -> Result<(), StorageError> {
         let mut s = self.lock();
-        check_appends(&tx.appends, |id| {
-            s.executions.get(id).map(|r| Owner {
-                last_seq: r.events.last().map_or(0, |e| e.seq),
-                node_id: &r.owner_node,
-                epoch: r.owner_epoch,
-            })
-        })?;
+        check(
+            &tx.appends,
+            &tx.inbox_consumed,
+            |id| {
+                s.executions.get(id).map(|r| Owner {
+                    last_seq: r.events.last().map_or(0, |e| e.seq),
+                    node_id: &r.owner_node,
+                    epoch: r.owner_epoch,
+                })
+            },
+            |id| s.shared.inbox.get(&id).map(|e| e.execution_id.as_str()),
+        )?;
         if self.bug == StoreBug::LoseLastCommitOnCrash {
             *self.before_last.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
         }
@@ -128,6 +147,11 @@ impl SimStore {
                 QueueOp::Remove { execution_id, unit } => {
                     s.queue.remove(&(execution_id.clone(), unit.clone()));
                 }
+            }
+        }
+        if self.bug != StoreBug::KeepConsumedEntries {
+            for c in &tx.inbox_consumed {
+                s.shared.inbox.remove(&c.id);
             }
         }
         s.commits += 1;

@@ -19,7 +19,7 @@ pub struct Violation {
     pub detail: String,
 }
 
-fn fail(check: &'static str, detail: impl Into<String>) -> Violation {
+pub(crate) fn fail(check: &'static str, detail: impl Into<String>) -> Violation {
     Violation {
         check,
         detail: detail.into(),
@@ -34,7 +34,7 @@ macro_rules! ensure {
     };
 }
 
-fn io(check: &'static str) -> impl Fn(StorageError) -> Violation {
+pub(crate) fn io(check: &'static str) -> impl Fn(StorageError) -> Violation {
     move |e| fail(check, format!("unexpected storage error: {e}"))
 }
 

@@ -4,7 +4,9 @@
 //! `orbit-io-tokio`, the simulated store in `orbit-io-sim`), the one rule
 //! that decides when an append conflicts ([`conflict`]), the conformance
 //! suite every backend passes ([`contract`]), and the translation between
-//! the engine's batches and these records ([`convert`]).
+//! the engine's batches and these records ([`convert`]). The calls of
+//! shared cluster mode beyond commits (membership, takeover, inbox, queue
+//! claims, worker contact) are the [`shared::Store`] trait.
 //!
 //! The trait is async (through `async-trait`) but this module runs nothing:
 //! it names no executor and performs no I/O.
@@ -14,12 +16,13 @@ pub mod contract;
 pub mod convert;
 pub mod page;
 mod records;
+pub mod shared;
 
-pub use conflict::{check_appends, Owner};
+pub use conflict::{check, check_appends, Owner};
 pub use page::ListPage;
 pub use records::{
-    Append, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter, QueueOp,
-    StoredExecution, Transaction,
+    Append, Consumed, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter,
+    QueueOp, StoredExecution, Transaction,
 };
 
 use crate::history::Event;
@@ -54,7 +57,7 @@ pub enum StorageError {
 ///
 /// Implementations: `SqliteStore` and `PostgresStore` (in `orbit-io-tokio`)
 /// and the simulation's `SimStore`; all pass the same [`contract`] suite and
-/// decide conflicts with [`check_appends`].
+/// decide conflicts with [`check`].
 #[async_trait]
 pub trait Storage: Send + Sync {
     /// Applies `tx` atomically: every part of it, or nothing.

@@ -16,8 +16,9 @@ pub struct Transaction {
     pub idempotency: Vec<IdempotencyRecord>,
     /// Task-queue row changes.
     pub queue: Vec<QueueOp>,
-    /// Inbox entries consumed by the events of this transaction.
-    pub inbox_consumed: Vec<i64>,
+    /// Inbox entries consumed by the events of this transaction (shared
+    /// cluster mode), deleted with them.
+    pub inbox_consumed: Vec<Consumed>,
 }
 
 impl Transaction {
@@ -47,6 +48,19 @@ pub struct Fence {
     pub node_id: String,
     /// Its epoch for the execution.
     pub epoch: u64,
+}
+
+/// An inbox entry a transaction consumes: deleted in the same transaction
+/// as the events it caused, and only by the execution's owner (the entry
+/// is judged like an append, see [`conflict`](super::conflict)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Consumed {
+    /// The entry's id.
+    pub id: i64,
+    /// The execution it is addressed to.
+    pub execution_id: String,
+    /// The consuming owner's claim on that execution.
+    pub fence: Fence,
 }
 
 /// New events for one execution and its updated projection.

@@ -11,9 +11,9 @@ mod rows;
 mod sqlite;
 
 pub use orbit_core::store::{
-    check_appends, contract, is_terminal, Append, DefinitionRecord, ExecutionRow, Fence,
-    IdempotencyRecord, ListFilter, ListPage, Owner, Purged, QueueOp, Storage, StorageError,
-    StoredExecution, Transaction,
+    check, check_appends, contract, is_terminal, shared, Append, Consumed, DefinitionRecord,
+    ExecutionRow, Fence, IdempotencyRecord, ListFilter, ListPage, Owner, Purged, QueueOp, Storage,
+    StorageError, StoredExecution, Transaction,
 };
 pub use postgres::{InDoubt, Outcome, PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};

@@ -10,7 +10,7 @@ use super::rows::{
     self, decode, encode, execution_row, finished_at, last_seq, owner, to_i64, to_u64, type_of,
     unavailable, EXECUTION_COLUMNS,
 };
-use super::{check_appends, Owner, Storage, StorageError};
+use super::{check, Owner, Storage, StorageError};
 use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
@@ -20,6 +20,7 @@ use async_trait::async_trait;
 
 mod in_doubt;
 mod reads;
+mod shared;
 pub use in_doubt::{InDoubt, Outcome};
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -57,6 +58,8 @@ impl PostgresOptions {
 pub struct PostgresStore {
     writer: PgPool,
     readers: PgPool,
+    /// Shared cluster mode's calls (connected on first use).
+    cluster: PgPool,
     /// `--cluster`: the leadership term every commit checks.
     fence: Option<Arc<LeaderFence>>,
     /// Commits whose outcome could not be settled yet (see
@@ -106,10 +109,13 @@ impl PostgresStore {
             .await
             .map_err(|e| StorageError::Unavailable(format!("migration failed: {e}")))?;
         let readers = pool_options(options.readers.max(1), options.acquire_timeout)
-            .connect_lazy_with(connect);
+            .connect_lazy_with(connect.clone());
+        let cluster = pool_options(options.readers.max(1), options.acquire_timeout)
+            .connect_lazy_with(connect.application_name("orbit-shared"));
         Ok(PostgresStore {
             writer,
             readers,
+            cluster,
             fence: None,
             in_doubt: Arc::default(),
         })
@@ -178,6 +184,7 @@ impl PostgresStore {
 
     /// Closes every connection.
     pub async fn close(&self) {
+        self.cluster.close().await;
         self.readers.close().await;
         self.writer.close().await;
     }
@@ -204,11 +211,18 @@ impl PostgresStore {
         }
     }
 
-    /// Checks every append against the locked rows with the shared conflict
-    /// rule ([`check_appends`]), so a conflict names all the executions
-    /// concerned and nothing is written.
-    async fn check(conn: &mut sqlx::PgConnection, appends: &[Append]) -> Result<(), StorageError> {
-        let mut ids: Vec<String> = appends.iter().map(|a| a.execution_id.clone()).collect();
+    /// Checks every append and consumed inbox entry against the locked
+    /// rows with the shared conflict rule ([`check`]), so a conflict names
+    /// all the executions concerned and nothing is written. The rows of
+    /// the executions are locked first (`FOR UPDATE`, by id), then the
+    /// entries: the order a takeover locks them in.
+    async fn check(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
+        let mut ids: Vec<String> = tx
+            .appends
+            .iter()
+            .map(|a| a.execution_id.clone())
+            .chain(tx.inbox_consumed.iter().map(|c| c.execution_id.clone()))
+            .collect();
         ids.sort();
         ids.dedup();
         // Sorted ids: concurrent writers lock rows in the same order.
@@ -237,18 +251,45 @@ impl PostgresStore {
                 ),
             );
         }
-        check_appends(appends, |id| {
-            current.get(id).map(|(last_seq, node_id, epoch)| Owner {
-                last_seq: *last_seq,
-                node_id,
-                epoch: *epoch,
-            })
-        })
+        let mut entries: BTreeMap<i64, String> = BTreeMap::new();
+        if !tx.inbox_consumed.is_empty() {
+            let mut wanted: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            let rows = sqlx::query(
+                "SELECT id, execution_id FROM inbox WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            )
+            .persistent(false)
+            .bind(&wanted)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            for r in &rows {
+                entries.insert(
+                    r.try_get(0).map_err(unavailable)?,
+                    r.try_get(1).map_err(unavailable)?,
+                );
+            }
+        }
+        check(
+            &tx.appends,
+            &tx.inbox_consumed,
+            |id| {
+                current.get(id).map(|(last_seq, node_id, epoch)| Owner {
+                    last_seq: *last_seq,
+                    node_id,
+                    epoch: *epoch,
+                })
+            },
+            |id| entries.get(&id).map(String::as_str),
+        )
     }
 
     async fn apply(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
+        if !tx.appends.is_empty() || !tx.inbox_consumed.is_empty() {
+            Self::check(conn, tx).await?;
+        }
         if !tx.appends.is_empty() {
-            Self::check(conn, &tx.appends).await?;
             Self::write_events(conn, &tx.appends).await?;
             Self::write_projections(conn, &tx.appends).await?;
         }
@@ -262,10 +303,11 @@ impl PostgresStore {
             Self::write_queue(conn, &tx.queue).await?;
         }
         if !tx.inbox_consumed.is_empty() {
+            let ids: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
             // Planned per call, like the row lock in `check`.
             sqlx::query("DELETE FROM inbox WHERE id = ANY($1)")
                 .persistent(false)
-                .bind(&tx.inbox_consumed)
+                .bind(&ids)
                 .execute(&mut *conn)
                 .await
                 .map_err(unavailable)?;

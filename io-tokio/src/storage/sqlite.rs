@@ -6,7 +6,7 @@ use super::rows::{
     self, decode, encode, execution_row, finished_at, last_seq, owner, to_i64, to_u64, type_of,
     unavailable, EXECUTION_COLUMNS,
 };
-use super::{check_appends, Owner, Storage, StorageError};
+use super::{check, Owner, Storage, StorageError};
 use super::{
     Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
     StoredExecution, Transaction,
@@ -126,10 +126,12 @@ impl SqliteStore {
         conn: &mut sqlx::SqliteConnection,
         tx: &Transaction,
     ) -> Result<(), StorageError> {
-        if !tx.appends.is_empty() {
-            let statuses = Self::check(conn, &tx.appends).await?;
-            Self::write_events(conn, &tx.appends).await?;
-            Self::write_projections(conn, &tx.appends, &statuses).await?;
+        if !tx.appends.is_empty() || !tx.inbox_consumed.is_empty() {
+            let statuses = Self::check(conn, tx).await?;
+            if !tx.appends.is_empty() {
+                Self::write_events(conn, &tx.appends).await?;
+                Self::write_projections(conn, &tx.appends, &statuses).await?;
+            }
         }
         if !tx.definitions.is_empty() {
             Self::write_definitions(conn, &tx.definitions).await?;
@@ -141,8 +143,9 @@ impl SqliteStore {
             Self::write_queue(conn, &tx.queue).await?;
         }
         if !tx.inbox_consumed.is_empty() {
+            let ids: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
             sqlx::query("DELETE FROM inbox WHERE id IN (SELECT value FROM json_each(?))")
-                .bind(encode(&tx.inbox_consumed)?)
+                .bind(encode(&ids)?)
                 .execute(&mut *conn)
                 .await
                 .map_err(unavailable)?;
@@ -150,15 +153,21 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Checks every append against the stored rows (one query for all of
-    /// them) with the shared conflict rule ([`check_appends`]), so a
-    /// conflict names all the executions concerned and nothing is written.
-    /// Returns the stored status of each execution that has a row.
+    /// Checks every append and consumed inbox entry against the stored
+    /// rows (one query for all of them, one for the entries) with the
+    /// shared conflict rule ([`check`]), so a conflict names all the
+    /// executions concerned and nothing is written. Returns the stored
+    /// status of each execution that has a row.
     async fn check(
         conn: &mut sqlx::SqliteConnection,
-        appends: &[Append],
+        tx: &Transaction,
     ) -> Result<BTreeMap<String, String>, StorageError> {
-        let ids: BTreeSet<&str> = appends.iter().map(|a| a.execution_id.as_str()).collect();
+        let ids: BTreeSet<&str> = tx
+            .appends
+            .iter()
+            .map(|a| a.execution_id.as_str())
+            .chain(tx.inbox_consumed.iter().map(|c| c.execution_id.as_str()))
+            .collect();
         let rows = sqlx::query(
             "SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
              WHERE id IN (SELECT value FROM json_each(?))",
@@ -181,13 +190,35 @@ impl SqliteStore {
                 ),
             );
         }
-        check_appends(appends, |id| {
-            current.get(id).map(|(last_seq, node_id, epoch)| Owner {
-                last_seq: *last_seq,
-                node_id,
-                epoch: *epoch,
-            })
-        })?;
+        let mut entries: BTreeMap<i64, String> = BTreeMap::new();
+        if !tx.inbox_consumed.is_empty() {
+            let wanted: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
+            let rows = sqlx::query(
+                "SELECT id, execution_id FROM inbox WHERE id IN (SELECT value FROM json_each(?))",
+            )
+            .bind(encode(&wanted)?)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            for r in &rows {
+                entries.insert(
+                    r.try_get(0).map_err(unavailable)?,
+                    r.try_get(1).map_err(unavailable)?,
+                );
+            }
+        }
+        check(
+            &tx.appends,
+            &tx.inbox_consumed,
+            |id| {
+                current.get(id).map(|(last_seq, node_id, epoch)| Owner {
+                    last_seq: *last_seq,
+                    node_id,
+                    epoch: *epoch,
+                })
+            },
+            |id| entries.get(&id).map(String::as_str),
+        )?;
         Ok(statuses)
     }
 
@@ -811,7 +842,7 @@ mod tests {
 
     use super::*;
     use crate::storage::contract::append;
-    use crate::storage::Fence;
+    use crate::storage::{Consumed, Fence};
     use serde_json::json;
 
     async fn open(dir: &tempfile::TempDir) -> SqliteStore {
@@ -905,7 +936,14 @@ mod tests {
                 execution_id: "b".to_owned(),
                 unit: "u3".to_owned(),
             }],
-            inbox_consumed: vec![first],
+            inbox_consumed: vec![Consumed {
+                id: first,
+                execution_id: "a".to_owned(),
+                fence: Fence {
+                    node_id: "n".to_owned(),
+                    epoch: 1,
+                },
+            }],
             ..Transaction::default()
         };
         store.commit(&t).await.unwrap();
