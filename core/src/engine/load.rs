@@ -34,6 +34,8 @@ pub(super) struct Known {
     pub absent: BTreeSet<String>,
     /// Idempotency records by key (`None`: no live record).
     pub keys: BTreeMap<String, Option<IdempotencyRecord>>,
+    /// Committed histories, for a history read.
+    pub histories: BTreeMap<String, Vec<crate::history::Event>>,
 }
 
 /// The engine's loads: outstanding ones, and what changed meanwhile.
@@ -154,8 +156,16 @@ impl Engine {
             return;
         };
         let mut known = Known::default();
+        let wants_history = matches!(done.request, Some((_, Request::History { .. })));
         for stored in executions {
             let id = stored.execution_id.clone();
+            if wants_history {
+                if stored.events.is_empty() {
+                    known.absent.insert(id.clone());
+                } else {
+                    known.histories.insert(id.clone(), stored.events.clone());
+                }
+            }
             if self.executions.contains_key(&id) {
                 // Created or installed meanwhile: memory is newer.
                 continue;

@@ -202,14 +202,6 @@ impl Engine {
             .filter(|p| p.last_seq > 0)
     }
 
-    /// The committed history of an execution.
-    pub fn history(&self, execution_id: &str) -> Option<&[crate::history::Event]> {
-        self.executions
-            .get(execution_id)
-            .filter(|e| e.proj.last_seq > 0)
-            .map(|e| e.events.as_slice())
-    }
-
     /// The current configuration.
     pub fn config(&self) -> &Config {
         &self.config

@@ -159,19 +159,21 @@ impl Engine {
             execution_id: exec_id.to_string(),
             after_seq,
         };
-        if self.read_first(id, exec_id, request) {
-            return;
-        }
-        let response = match self.executions.get(exec_id).filter(|e| e.proj.last_seq > 0) {
-            Some(e) => {
+        // The history is the store's, in memory or not: read it (what a
+        // read sees is committed, as a reply is only sent after commit).
+        let response = match self.loads.known.histories.get(exec_id) {
+            Some(history) => {
                 let after = after_seq.unwrap_or(0);
-                let events: Vec<Value> = e
-                    .events
+                let events: Vec<Value> = history
                     .iter()
                     .filter(|ev| ev.seq > after)
                     .map(event_view)
                     .collect();
                 Response::ok(200, json!({"events": events}))
+            }
+            None if !self.loads.known.absent.contains(exec_id) => {
+                let executions = vec![exec_id.to_string()];
+                return self.ask_load(executions, Vec::new(), Some((id, request)));
             }
             None => Response::error(
                 404,

@@ -3,16 +3,15 @@
 
 use super::batch::DefinitionRecord;
 use super::input::{Request, RequestId};
-use crate::history::{Event, Millis, Projection};
+use crate::history::{Millis, Projection};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// One execution as the engine holds it (committed state only).
 pub(crate) struct Exec {
-    /// The fold of the committed history.
+    /// The fold of the committed history (the history itself is the
+    /// store's: reads of it load it).
     pub proj: Projection,
-    /// The committed history.
-    pub events: Vec<Event>,
     /// The pinned definition.
     pub def: Arc<DefinitionRecord>,
     /// The batch holding this execution's uncommitted events.

@@ -201,7 +201,6 @@ impl Engine {
             let before = e.proj.status;
             let was_new = e.proj.last_seq == 0;
             e.proj = d.proj;
-            e.events.extend(d.events.iter().cloned());
             e.def = d.def;
             e.busy = None;
             self.index(&exec_id, &d.events);
@@ -442,7 +441,6 @@ impl Engine {
             id.clone(),
             Exec {
                 proj,
-                events: Vec::new(),
                 def,
                 busy,
                 reloading: false,
@@ -469,9 +467,6 @@ impl Engine {
                 s.tokens.insert(token);
             }
         }
-        if let Some(e) = self.executions.get_mut(&id) {
-            e.events = stored.events;
-        }
         match before {
             Some(b) => self.status_changed(&id, false, b),
             None => self.status_changed(&id, true, crate::history::Status::Pending),
@@ -479,10 +474,43 @@ impl Engine {
         true
     }
 
+    /// Judges, for every batch waiting on a reload, the proofs that name
+    /// `stored`'s execution: proved when the store holds *this batch's*
+    /// event at the proof's seq. After a takeover another writer may have
+    /// written a different event there, and a seq count alone would take
+    /// its history for ours. The latest reload of an execution decides.
+    fn note_proofs(&mut self, stored: &StoredExecution) {
+        let id = &stored.execution_id;
+        for txn in &mut self.writes.reloads {
+            let Some(draft) = txn.drafts.get(id) else {
+                continue;
+            };
+            for r in &txn.replies {
+                let Some(proof @ (pid, seq)) = &r.proof else {
+                    continue;
+                };
+                if pid != id {
+                    continue;
+                }
+                let ours = draft.events.iter().find(|e| e.seq == *seq);
+                let theirs = usize::try_from(seq.saturating_sub(1))
+                    .ok()
+                    .and_then(|at| stored.events.get(at))
+                    .filter(|ev| ev.seq == *seq);
+                if ours.is_some() && ours == theirs {
+                    txn.proved.insert(proof.clone());
+                } else {
+                    txn.proved.remove(proof);
+                }
+            }
+        }
+    }
+
     pub(super) fn reloaded(&mut self, executions: Vec<StoredExecution>) {
         let mut ids = Vec::new();
         for stored in executions {
             ids.push(stored.execution_id.clone());
+            self.note_proofs(&stored);
             self.install(stored);
         }
         let reloads = std::mem::take(&mut self.writes.reloads);
@@ -495,26 +523,11 @@ impl Engine {
                 self.writes.reloads.push(txn);
                 continue;
             }
-            // Proved when the store holds *this batch's* event at the proof's
-            // seq: after a takeover, another writer may have written a
-            // different event there, and a seq count alone would take the
-            // new leader's history for ours.
-            let stored = |engine: &Engine, proof: &Option<(String, u64)>| match proof {
-                Some((id, seq)) => {
-                    let ours = txn
-                        .drafts
-                        .get(id)
-                        .and_then(|d| d.events.iter().find(|e| e.seq == *seq));
-                    let theirs = engine.executions.get(id).and_then(|e| {
-                        let at = usize::try_from(seq.checked_sub(1)?).ok()?;
-                        e.events.get(at).filter(|ev| ev.seq == *seq)
-                    });
-                    ours.is_some() && ours == theirs
-                }
-                None => false,
+            let stored = |proof: &Option<(String, u64)>| {
+                proof.as_ref().is_some_and(|p| txn.proved.contains(p))
             };
             for r in &txn.replies {
-                let response = if stored(self, &r.proof) {
+                let response = if stored(&r.proof) {
                     r.response.clone()
                 } else {
                     storage_error("storage outcome unknown; the request did not take effect")
@@ -527,7 +540,7 @@ impl Engine {
             for (token, session) in &txn.deliveries {
                 self.handed_out(token, session);
             }
-            let proved = txn.replies.iter().any(|r| stored(self, &r.proof));
+            let proved = txn.replies.iter().any(|r| stored(&r.proof));
             let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
             if proved {
                 for rec in &txn.idempotency {

@@ -10,7 +10,7 @@ use super::input::RequestId;
 use super::state::Exec;
 use super::Engine;
 use crate::history::{ErrorInfo, Event, EventKind, Projection, Status};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// Bound on decider rounds for one execution in one batch (a livelock
@@ -56,6 +56,9 @@ pub(crate) struct Txn {
     /// A deploy written again because an earlier write of it had an
     /// unknown outcome.
     pub unsettled: bool,
+    /// After an unknown outcome: the proofs of `replies` the reload found
+    /// in the store (see `Engine::note_proofs`).
+    pub proved: BTreeSet<(String, u64)>,
 }
 
 impl Txn {
@@ -299,7 +302,6 @@ impl Engine {
                         exec_id.clone(),
                         Exec {
                             proj: Projection::new(exec_id),
-                            events: Vec::new(),
                             def: d.def.clone(),
                             busy: Some(id),
                             reloading: false,
