@@ -115,14 +115,34 @@ fn a_panic_is_reported_as_a_crash_with_its_own_exit_code() {
 /// scenario that stresses it. The budgets are about ten times the first
 /// catch measured when they were set (see the simulation chapter).
 fn planted(bug: orbit_io_sim::Bug, scenario: Scenario, budget: u64, expected: &[Invariant]) {
-    let Some((seed, report)) = orbit_sim_tests::first_catch_planted(scenario, bug, budget) else {
-        panic!("{bug:?} not caught in {budget} seeds of {scenario}");
+    let catch = orbit_sim_tests::first_catch_planted(scenario, bug, budget);
+    caught_as(
+        &format!("{bug:?}"),
+        catch,
+        &scenario.to_string(),
+        budget,
+        expected,
+    );
+}
+
+/// Asserts a planted bug (`name`) was caught (`catch`: the first seed
+/// that caught it, within `budget` seeds of `scenario`) by one of the
+/// `expected` invariants.
+fn caught_as(
+    name: &str,
+    catch: Option<(u64, orbit_io_sim::Report)>,
+    scenario: &str,
+    budget: u64,
+    expected: &[Invariant],
+) {
+    let Some((seed, report)) = catch else {
+        panic!("{name} not caught in {budget} seeds of {scenario}");
     };
     let got = report.outcome.violation().map(|v| v.invariant);
-    eprintln!("{bug:?}: caught at seed {seed:#x} of {scenario} as {got:?}");
+    eprintln!("{name}: caught at seed {seed:#x} of {scenario} as {got:?}");
     assert!(
         got.is_some_and(|g| expected.contains(&g)),
-        "{bug:?} caught at seed {seed:#x} as {got:?}, expected one of {expected:?}:\n{report}"
+        "{name} caught at seed {seed:#x} as {got:?}, expected one of {expected:?}:\n{report}"
     );
 }
 
@@ -225,14 +245,13 @@ const BUDGET_EARLY_SERVICE: u64 = 60;
 /// Bugs planted in the cluster rules (`orbit_core::cluster`), run in the
 /// `cluster-leader` scenario; budgets as for the engine's.
 fn planted_in_cluster(bug: orbit_io_sim::ClusterBug, budget: u64, expected: &[Invariant]) {
-    let Some((seed, report)) = orbit_sim_tests::first_catch_cluster(bug, budget) else {
-        panic!("{bug:?} not caught in {budget} seeds of cluster-leader");
-    };
-    let got = report.outcome.violation().map(|v| v.invariant);
-    eprintln!("{bug:?}: caught at seed {seed:#x} of cluster-leader as {got:?}");
-    assert!(
-        got.is_some_and(|g| expected.contains(&g)),
-        "{bug:?} caught at seed {seed:#x} as {got:?}, expected one of {expected:?}:\n{report}"
+    let catch = orbit_sim_tests::first_catch_cluster(bug, budget);
+    caught_as(
+        &format!("{bug:?}"),
+        catch,
+        "cluster-leader",
+        budget,
+        expected,
     );
 }
 
