@@ -845,10 +845,22 @@ impl World {
         Ok(())
     }
 
+    /// Whether the running server still waits for a commit or a read of
+    /// the store: until it has its answer, what it holds in memory may lag
+    /// the store (an `Ambiguous` commit that landed is read back by a
+    /// reload), so the run is not over.
+    fn io_outstanding(&self) -> bool {
+        let inc = self.incarnation;
+        self.queue.values().any(|ev| {
+            matches!(ev, Ev::CommitDone { inc: i, .. } | Ev::ReloadDone { inc: i, .. } if *i == inc)
+        })
+    }
+
     fn quiescent(&mut self) -> bool {
         if !self.focus_leader()
             || self.server().is_none()
             || self.clients.iter().any(|c| !c.open_ops().is_empty())
+            || self.io_outstanding()
         {
             return false;
         }
