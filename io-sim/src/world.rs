@@ -846,12 +846,17 @@ impl World {
     }
 
     /// Whether the running server still waits for a commit or a read of
-    /// the store: until it has its answer, what it holds in memory may lag
-    /// the store (an `Ambiguous` commit that landed is read back by a
-    /// reload), so the run is not over.
+    /// the store, in flight or waiting to be tried again: until it has its
+    /// answer, what it holds in memory may lag the store (an `Ambiguous`
+    /// commit that landed is read back by a reload), so the run is not
+    /// over.
     fn io_outstanding(&self) -> bool {
         let inc = self.incarnation;
-        self.queue.values().any(|ev| {
+        let node_busy = self
+            .server()
+            .is_some_and(|s| !s.node.is_idle() || s.node.reads_open() > 0);
+        node_busy
+            || self.queue.values().any(|ev| {
             matches!(ev, Ev::CommitDone { inc: i, .. } | Ev::ReloadDone { inc: i, .. } if *i == inc)
         })
     }

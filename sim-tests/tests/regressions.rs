@@ -121,3 +121,12 @@ fn a_result_whose_commit_failed_leaves_its_delivery_watched() {
 fn a_run_does_not_end_while_an_ambiguous_commit_is_being_read_back() {
     passes(0x2540c08fc, Scenario::StorageFaults);
 }
+
+/// The same checker bug, through a reload that failed and waited to be
+/// tried again: nothing was in flight at that instant, but the server
+/// still had a read of the store open. Open reads count too.
+#[test]
+fn a_run_does_not_end_while_a_reload_waits_to_be_tried_again() {
+    passes(0x2540c6f1f, Scenario::StorageFaults);
+    passes(0x2540c295f, Scenario::ClusterLeader);
+}

@@ -161,6 +161,12 @@ impl Node {
         self.pending.is_empty() && self.in_flight.is_empty()
     }
 
+    /// Reads of the store being read or waiting to be tried again
+    /// (reloads after `Ambiguous`, and the engine's loads).
+    pub fn reads_open(&self) -> usize {
+        self.loads.open_count()
+    }
+
     /// Group commits being written now.
     pub fn commits_in_flight(&self) -> usize {
         self.in_flight.len()

@@ -43,6 +43,11 @@ pub(super) struct Loads {
 }
 
 impl Loads {
+    /// Loads being read or waiting to be tried again.
+    pub(super) fn open_count(&self) -> usize {
+        self.open.len()
+    }
+
     /// The earliest retry due.
     pub(super) fn next_retry(&self) -> Option<Millis> {
         self.open.values().filter_map(|l| l.retry_at).min()
