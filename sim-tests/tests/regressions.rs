@@ -130,3 +130,14 @@ fn a_run_does_not_end_while_a_reload_waits_to_be_tried_again() {
     passes(0x2540c6f1f, Scenario::StorageFaults);
     passes(0x2540c295f, Scenario::ClusterLeader);
 }
+
+/// Found by the 50,000-seed exploration, a checker bug: a leader paused
+/// past its lease, another node took over, finished the last execution and
+/// then lost the database. Every stored execution was finished, so the run
+/// ended — and read back through the paused node, which still believed it
+/// led and held the execution as running. Reads at the end of a run go
+/// only through the node leading in the lease's term.
+#[test]
+fn a_run_reads_back_only_through_the_node_leading_in_the_lease_term() {
+    passes(0x2540c3156, Scenario::ClusterLeader);
+}

@@ -200,28 +200,39 @@ impl World {
     }
 
     /// The node that leads now, if any: the one whose term is the lease's
-    /// (a deposed node may still believe it leads until its next beat).
+    /// or, when no node holds that term, one that still believes it leads
+    /// (a deposed node does until its next beat). Faults aim at it.
     fn leader(&self) -> Option<usize> {
+        self.lease_holder().or_else(|| {
+            self.cluster
+                .as_ref()?
+                .nodes
+                .iter()
+                .position(|n| matches!(n.role, Role::Leader { .. }))
+        })
+    }
+
+    /// The node whose term is the lease's, if it leads in it: the only one
+    /// whose memory is the store's, so the only one reads may go through.
+    fn lease_holder(&self) -> Option<usize> {
         let epoch = self.store.lease(self.now).epoch;
-        let nodes = &self.cluster.as_ref()?.nodes;
-        nodes
+        self.cluster
+            .as_ref()?
+            .nodes
             .iter()
             .position(|n| n.role == Role::Leader { epoch })
-            .or_else(|| {
-                nodes
-                    .iter()
-                    .position(|n| matches!(n.role, Role::Leader { .. }))
-            })
     }
 
     /// Focuses the node that leads (a cluster's final checks read through
-    /// it); without a cluster, the one server. False when no node leads:
-    /// nothing may be read through a node still recovering or deposed.
+    /// it); without a cluster, the one server. False when no node leads in
+    /// the lease's term: nothing may be read through a node still
+    /// recovering, nor through a deposed one that has not noticed yet (a
+    /// paused leader wakes believing it leads, its memory stale).
     pub(super) fn focus_leader(&mut self) -> bool {
         if self.cluster.is_none() {
             return true;
         }
-        match self.leader() {
+        match self.lease_holder() {
             Some(leader) => {
                 self.focus = leader;
                 true
