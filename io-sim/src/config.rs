@@ -100,6 +100,11 @@ pub struct Faults {
     /// Probability that a commit's outcome is unknown (`Ambiguous`); such a
     /// commit applied or not with even odds.
     pub store_commit_ambiguous_probability: f64,
+    /// Probability that a group commit of several batches is refused whole
+    /// with a `Conflict` naming one execution as stale, as when another
+    /// writer has moved it on: the node fails that batch, reloads the
+    /// execution and writes the other batches again.
+    pub store_commit_conflict_probability: f64,
     /// Probability that a commit is slow.
     pub store_slow_probability: f64,
     /// Upper bound of a slow commit's latency, in ms.
@@ -185,6 +190,7 @@ impl Faults {
         if !keep("storage") {
             self.store_commit_fail_probability = 0.0;
             self.store_commit_ambiguous_probability = 0.0;
+            self.store_commit_conflict_probability = 0.0;
             self.store_slow_probability = 0.0;
         }
         if !keep("network") {
@@ -521,6 +527,12 @@ impl SimConfig {
             0 => Some(rng.between(1, 8) as usize),
             _ => Some(orbit_core::engine::MAX_IN_MEMORY),
         };
+        // Drawn last too: group commits refused by a stale-seq `Conflict`.
+        c.faults.store_commit_conflict_probability = match scenario {
+            Scenario::Swarm => p(&mut rng, 0.1),
+            Scenario::StorageFaults => rng.float(0.02, 0.2),
+            _ => 0.0,
+        };
         c
     }
 
@@ -581,7 +593,7 @@ impl fmt::Display for SimConfig {
             writeln!(f, "node_pause_probability = {}", x.node_pause_probability)?;
             writeln!(f, "node_db_cut_probability = {}", x.node_db_cut_probability)?;
         }
-        let rows: [(&str, String); 22] = [
+        let rows: [(&str, String); 23] = [
             (
                 "store_commit_fail_probability",
                 x.store_commit_fail_probability.to_string(),
@@ -589,6 +601,10 @@ impl fmt::Display for SimConfig {
             (
                 "store_commit_ambiguous_probability",
                 x.store_commit_ambiguous_probability.to_string(),
+            ),
+            (
+                "store_commit_conflict_probability",
+                x.store_commit_conflict_probability.to_string(),
             ),
             (
                 "store_slow_probability",

@@ -32,11 +32,15 @@ pub enum Bug {
     /// An execution evicted for idleness forgets its next wake-up: it comes
     /// back only when a command names it.
     EvictionLosesTimer,
+    /// A group commit refused by a `Conflict` answers its other batches as
+    /// written, instead of writing them again (a bug of the node loop's
+    /// split, planted through the engine it drives).
+    SplitForgetsInnocent,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::UncertainAsFailed,
         Bug::StaleFailureAccepted,
         Bug::DoubleSuccess,
@@ -44,6 +48,7 @@ impl Bug {
         Bug::KeyReleasedOnAmbiguous,
         Bug::HandOutToDeadSession,
         Bug::EvictionLosesTimer,
+        Bug::SplitForgetsInnocent,
     ];
 
     /// Its name on the command line (`orbit-sim --plant NAME`).
@@ -56,6 +61,7 @@ impl Bug {
             Bug::KeyReleasedOnAmbiguous => "key-released-on-ambiguous",
             Bug::HandOutToDeadSession => "hand-out-to-dead-session",
             Bug::EvictionLosesTimer => "eviction-loses-timer",
+            Bug::SplitForgetsInnocent => "split-forgets-innocent",
         }
     }
 
@@ -76,7 +82,7 @@ pub struct Planted {
 impl Engine {
     /// True when `bug` is planted in this engine.
     #[inline]
-    pub(super) fn planted(&self, bug: Bug) -> bool {
+    pub(crate) fn planted(&self, bug: Bug) -> bool {
         #[cfg(feature = "planted-bugs")]
         {
             self.planted.bugs.contains(&bug)

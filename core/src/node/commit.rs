@@ -114,6 +114,13 @@ impl Node {
                 },
             ));
         }
+        if self
+            .engine
+            .planted(crate::engine::Bug::SplitForgetsInnocent)
+        {
+            results.extend(innocent.iter().map(|b| (b.id, StorageResult::Ok)));
+            return results;
+        }
         self.stats.recommitted += innocent.len() as u64;
         for b in innocent.into_iter().rev() {
             self.pending.push_front(b);

@@ -376,6 +376,28 @@ impl World {
         }
     }
 
+    /// The execution a simulated stale-seq `Conflict` names, when one
+    /// strikes this group commit: only a group of several batches (the
+    /// split is what it exercises), and only an execution the store already
+    /// holds (a create cannot be stale).
+    fn injected_conflict(&mut self, commit: &GroupCommit, p: f64) -> Option<String> {
+        if !self.faults_on || commit.batches.len() < 2 || p <= 0.0 || !self.rng.chance(p) {
+            return None;
+        }
+        let held: Vec<&str> = commit
+            .batches
+            .iter()
+            .flat_map(|b| &b.executions)
+            .filter(|a| a.expected_last_seq > 0)
+            .map(|a| a.execution_id.as_str())
+            .collect();
+        if held.is_empty() {
+            return None;
+        }
+        let i = self.rng.between(0, held.len() as u64 - 1) as usize;
+        Some(held[i].to_owned())
+    }
+
     /// A group commit reaches the store: a fault strikes all of it, or the
     /// store applies it whole (or refuses it with a `Conflict`).
     pub(super) fn commit_done(&mut self, inc: u64, commit: Arc<GroupCommit>) {
@@ -394,9 +416,10 @@ impl World {
         }
         let many = commit.batches.len() > 1;
         let f = &self.cfg.faults;
-        let (fail_p, ambiguous_p) = (
+        let (fail_p, ambiguous_p, conflict_p) = (
             f.store_commit_fail_probability,
             f.store_commit_ambiguous_probability,
+            f.store_commit_conflict_probability,
         );
         let mut applied = false;
         let result = if self.db_cut(inc) {
@@ -419,6 +442,12 @@ impl World {
             Err(StorageError::Ambiguous(
                 "simulated: connection lost during COMMIT".into(),
             ))
+        } else if let Some(stale) = self.injected_conflict(&commit, conflict_p) {
+            self.stats.fault("commit_conflict_injected");
+            Err(StorageError::Conflict {
+                fenced: Vec::new(),
+                stale: vec![stale],
+            })
         } else {
             let r = self.apply_commit(&commit);
             applied = r.is_ok();

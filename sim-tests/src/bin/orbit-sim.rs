@@ -27,7 +27,8 @@ const USAGE: &str =
   --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
                   uncertain-as-failed, stale-failure-accepted, double-success,
                   dispatch-before-commit, key-released-on-ambiguous,
-                  hand-out-to-dead-session, eviction-loses-timer; and cluster
+                  hand-out-to-dead-session, eviction-loses-timer,
+                  split-forgets-innocent; and cluster
                   bugs (cluster-leader): skip-epoch-check, lease-by-own-clock,
                   serve-before-recovery
   --trace         print every step of the world (with --seed)
