@@ -89,7 +89,7 @@ fn session_timeout_redelivers_the_same_attempt() {
                "idempotency_key": "u-1/work", "attempt": 1, "redelivery": true,
                // The seed's task plus its trace context: the redelivery's own
                // attempt span (its StepScheduled is #6).
-               "traceparent": orbit_core::trace::task_traceparent("u-1", None, 6)})
+               "traceparent": orbit_core::trace::task_traceparent(orbit_core::trace::trace_id("u-1", None), "u-1", 6)})
     );
     assert_ne!(t.token, first.token);
     w.at(6_700);

@@ -74,7 +74,10 @@ fn a_started_trace_is_kept_and_each_task_names_its_attempt_span() {
     assert_eq!(kept(&w, "t-1").as_deref(), Some(CALLER));
     let s = w.register("w-1", &["demo.*"]);
     let first = w.take(&s);
-    assert_eq!(first.traceparent, task_traceparent("t-1", Some(CALLER), 3));
+    assert_eq!(
+        first.traceparent,
+        task_traceparent(trace_id("t-1", Some(CALLER)), "t-1", 3)
+    );
     let tp = TraceParent::parse(&first.traceparent).unwrap();
     assert_eq!(tp.trace_id, TraceParent::parse(CALLER).unwrap().trace_id);
     assert_eq!(tp.parent_id, attempt_span_id("t-1", 3));
@@ -83,7 +86,10 @@ fn a_started_trace_is_kept_and_each_task_names_its_attempt_span() {
     w.fail(&first.token, "BUSY", true);
     w.advance(100);
     let second = w.take(&s);
-    assert_eq!(second.traceparent, task_traceparent("t-1", Some(CALLER), 6));
+    assert_eq!(
+        second.traceparent,
+        task_traceparent(trace_id("t-1", Some(CALLER)), "t-1", 6)
+    );
     assert_ne!(second.traceparent, first.traceparent);
 
     // The history reads as it always did.
@@ -108,7 +114,10 @@ fn a_task_after_a_restart_keeps_the_trace() {
     w.restart();
     let s = w.register("w-1", &["demo.*"]);
     let t = w.take(&s);
-    assert_eq!(t.traceparent, task_traceparent("t-2", Some(CALLER), 3));
+    assert_eq!(
+        t.traceparent,
+        task_traceparent(trace_id("t-2", Some(CALLER)), "t-2", 3)
+    );
 }
 
 #[test]
@@ -119,7 +128,10 @@ fn a_child_inherits_its_parents_trace() {
     let s = w.register("w-1", &["demo.*"]);
     let t = w.take(&s);
     assert_eq!(t.execution_id, "p.kid");
-    assert_eq!(t.traceparent, task_traceparent("p.kid", Some(CALLER), 3));
+    assert_eq!(
+        t.traceparent,
+        task_traceparent(trace_id("p.kid", Some(CALLER)), "p.kid", 3)
+    );
 }
 
 #[test]

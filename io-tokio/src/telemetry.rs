@@ -635,7 +635,12 @@ mod tests {
         );
         assert_eq!(spans.len(), 2);
         // The attempt's span is the parent the engine names in its task.
-        let task = TraceParent::parse(&trace::task_traceparent("p", Some(CALLER), 2)).unwrap();
+        let task = TraceParent::parse(&trace::task_traceparent(
+            trace::trace_id("p", Some(CALLER)),
+            "p",
+            2,
+        ))
+        .unwrap();
         assert_eq!(spans[0].span_id, task.parent_id.to_vec());
         assert_eq!(spans[0].trace_id, caller.trace_id.to_vec());
         assert_eq!(spans[1].trace_id, caller.trace_id.to_vec());

@@ -116,3 +116,61 @@ pub struct Task {
     /// own spans join the execution's trace ([`crate::trace`]).
     pub traceparent: String,
 }
+
+impl Task {
+    /// The reply body of a poll handing out `tasks`: `{"tasks": [...]}`,
+    /// built by moving each task's fields into the JSON tree (the same
+    /// JSON its `Serialize` gives, without copying every string and input).
+    pub fn poll_body(tasks: Vec<Task>) -> serde_json::Value {
+        let tasks = tasks.into_iter().map(Task::into_json).collect();
+        let mut body = serde_json::Map::new();
+        body.insert("tasks".to_owned(), serde_json::Value::Array(tasks));
+        serde_json::Value::Object(body)
+    }
+
+    fn into_json(self) -> serde_json::Value {
+        use serde_json::Value;
+        let fields: [(&str, Value); 12] = [
+            ("token", Value::String(self.token)),
+            ("execution_id", Value::String(self.execution_id)),
+            ("workflow", Value::String(self.workflow)),
+            ("workflow_version", Value::String(self.workflow_version)),
+            ("step_id", Value::String(self.step_id)),
+            ("task_name", Value::String(self.task_name)),
+            ("contract_version", Value::String(self.contract_version)),
+            ("input", self.input),
+            ("idempotency_key", Value::String(self.idempotency_key)),
+            ("attempt", Value::from(self.attempt)),
+            ("redelivery", Value::Bool(self.redelivery)),
+            ("traceparent", Value::String(self.traceparent)),
+        ];
+        Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Task;
+    use serde_json::json;
+
+    #[test]
+    fn a_poll_body_is_the_tasks_serialized() {
+        let task = |n: u32| Task {
+            token: format!("t{n}"),
+            execution_id: "e".into(),
+            workflow: "W".into(),
+            workflow_version: "1.0.0".into(),
+            step_id: "s[0]".into(),
+            task_name: "x.y".into(),
+            contract_version: "2.0.0".into(),
+            input: json!({"n": n, "list": [1, null, "x"]}),
+            idempotency_key: "e/s[0]".into(),
+            attempt: n,
+            redelivery: n % 2 == 0,
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        };
+        let tasks = vec![task(1), task(2)];
+        assert_eq!(Task::poll_body(tasks.clone()), json!({ "tasks": tasks }));
+        assert_eq!(Task::poll_body(Vec::new()), json!({"tasks": []}));
+    }
+}

@@ -293,7 +293,7 @@ impl Engine {
         if tasks.is_empty() {
             return false;
         }
-        let body = json!({"tasks": tasks});
+        let body = Task::poll_body(tasks);
         if self.planted(Bug::DispatchBeforeCommit) {
             self.reply(request, Response::ok(200, body));
             self.submit(txn);
@@ -333,11 +333,7 @@ impl Engine {
             idempotency_key: u.idempotency_key.clone(),
             attempt: u.attempt,
             redelivery: u.redelivery,
-            traceparent: crate::trace::task_traceparent(
-                exec_id,
-                d.proj.traceparent.as_deref(),
-                u.scheduled_seq,
-            ),
+            traceparent: crate::trace::task_traceparent(d.proj.trace_id, exec_id, u.scheduled_seq),
         };
         let seq = self.push(
             txn,
@@ -406,7 +402,7 @@ impl Engine {
                     s.last_seen = now;
                 }
             }
-            txn.reply(poll, Response::ok(200, json!({"tasks": tasks})), proof);
+            txn.reply(poll, Response::ok(200, Task::poll_body(tasks)), proof);
         }
     }
 

@@ -87,6 +87,9 @@ pub struct Projection {
     pub parent: Option<String>,
     /// The caller's W3C `traceparent` (`WorkflowCreated`), if any.
     pub traceparent: Option<String>,
+    /// The execution's trace id, derived once at `WorkflowCreated` (see
+    /// [`crate::trace::trace_id`]): every task handed out names it.
+    pub trace_id: [u8; 16],
     /// Current status (`Pending` before `WorkflowCreated` too).
     pub status: Status,
     /// Time of the first event.
@@ -327,6 +330,7 @@ impl Projection {
                 self.input = Arc::new(input.clone());
                 self.parent = parent.clone();
                 self.traceparent = traceparent.clone();
+                self.trace_id = crate::trace::trace_id(&self.execution_id, traceparent.as_deref());
                 self.status = Status::Pending;
             }
             EventKind::WorkflowStarted {} => {
