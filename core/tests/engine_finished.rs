@@ -158,11 +158,14 @@ fn a_late_result_for_a_forgotten_execution_is_an_unknown_token() {
     assert_eq!(w.store.histories["f-3"].len(), 6, "not recorded");
 }
 
+/// A start that would create a client-chosen id is written without
+/// reading the store first; the store refuses to create an id it holds,
+/// and the start is answered from the stored execution instead.
 #[test]
 fn a_start_with_the_id_of_a_forgotten_execution_is_answered_from_the_store() {
     let mut w = forgetful();
     finish(&mut w, "f-4");
-    let appends = w.appends;
+    let stored = w.store.histories["f-4"].clone();
     let r = w.start("Plain", "f-4", json!({"n": 9}));
     assert_eq!(
         (r.status, r.body),
@@ -170,7 +173,30 @@ fn a_start_with_the_id_of_a_forgotten_execution_is_answered_from_the_store() {
     );
     let r = w.start("Other", "f-4", json!({"n": 9}));
     assert_eq!((r.status, r.error_code()), (409, Some("EXECUTION_EXISTS")));
-    assert_eq!(w.appends, appends, "nothing written");
+    // An unknown workflow or a bad input: the answer depends on whether
+    // the id exists, so those read the store first.
+    let r = w.start("Nowhere", "f-4", json!({"n": 9}));
+    assert_eq!((r.status, r.error_code()), (409, Some("EXECUTION_EXISTS")));
+    let r = w.start("Plain", "f-4", json!({"n": "nine"}));
+    assert_eq!(
+        (r.status, r.body),
+        (200, json!({"execution_id": "f-4", "created": false}))
+    );
+    assert_eq!(w.store.histories["f-4"], stored, "nothing written");
+    assert_eq!(w.store.histories.len(), 1);
+}
+
+/// A new client-chosen id is created without a read of the store.
+#[test]
+fn a_start_with_a_new_id_reads_nothing() {
+    let mut w = forgetful();
+    let loads = w.loads;
+    let r = w.start("Plain", "new-1", json!({"n": 1}));
+    assert_eq!(
+        (r.status, r.body),
+        (201, json!({"execution_id": "new-1", "created": true}))
+    );
+    assert_eq!(w.loads, loads, "no load");
 }
 
 #[test]
@@ -277,4 +303,41 @@ fn a_finished_child_stays_until_its_parent_records_it_even_across_a_restart() {
         ",
     );
     assert_eq!(w.engine.executions_in_memory(), 0);
+}
+
+/// The HTTP edge's first ask: a wait on an execution in memory parks and
+/// is answered when it ends, without a load; on one the engine does not
+/// hold, it is refused at once with `NOT_HELD` (the edge reads the store),
+/// again without a load.
+#[test]
+fn a_wait_only_if_held_never_loads() {
+    let mut w = forgetful();
+    w.start("Plain", "h-1", json!({"n": 1}));
+    let waiting = w.send(Request::WaitHeld {
+        execution_id: "h-1".into(),
+        timeout_ms: 60_000,
+    });
+    assert!(!w.replies.contains_key(&waiting), "parked while running");
+    let s = w.register("w-1", &["demo.*"]);
+    let t = w.take(&s);
+    w.at(10);
+    assert_eq!(w.succeed(&t.token, json!({"n": 2})), accepted());
+    let done = w.replies.remove(&waiting).expect("answered when it ended");
+    assert_eq!(
+        (done.status, done.body["output"].clone()),
+        (200, json!({"n": 2}))
+    );
+    let loads = w.loads;
+    for id in ["h-1", "never-started"] {
+        let r = w.call(Request::WaitHeld {
+            execution_id: id.into(),
+            timeout_ms: 60_000,
+        });
+        assert_eq!(
+            (r.status, r.error_code()),
+            (404, Some(orbit_core::engine::NOT_HELD)),
+            "{id}"
+        );
+    }
+    assert_eq!(w.loads, loads, "no load for a wait only if held");
 }

@@ -166,7 +166,7 @@ mod tests {
             input: json!({"n": n, "list": [1, null, "x"]}),
             idempotency_key: "e/s[0]".into(),
             attempt: n,
-            redelivery: n % 2 == 0,
+            redelivery: n.is_multiple_of(2),
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
         };
         let tasks = vec![task(1), task(2)];

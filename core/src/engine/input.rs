@@ -159,6 +159,17 @@ pub enum Request {
         /// How long to wait at most.
         timeout_ms: u64,
     },
+    /// `Wait`, only if the engine holds the execution in memory (running,
+    /// or finished a moment ago); otherwise answered at once with
+    /// `NOT_HELD`, and the caller reads the store instead. The HTTP edge
+    /// asks this first: waiting on a running execution then costs no read
+    /// of the store, and a finished one is still read outside the engine.
+    WaitHeld {
+        /// Execution id.
+        execution_id: String,
+        /// How long to wait at most.
+        timeout_ms: u64,
+    },
     /// `POST /v1/workers`.
     RegisterWorker {
         /// The worker's self-chosen id (`flaky-1`).

@@ -41,7 +41,7 @@ pub use ids::{CountingIds, IdSource};
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
 pub use load::LoadId;
 pub use planted::Bug;
-pub use reads::{event_view, execution_view};
+pub use reads::{event_view, execution_view, NOT_HELD};
 
 use crate::history::Millis;
 use load::Loads;
@@ -233,6 +233,10 @@ impl Engine {
                 execution_id,
                 timeout_ms,
             } => self.wait(id, &execution_id, timeout_ms),
+            Request::WaitHeld {
+                execution_id,
+                timeout_ms,
+            } => self.wait_held(id, &execution_id, timeout_ms),
             Request::RegisterWorker {
                 worker_id,
                 task_patterns,

@@ -66,6 +66,10 @@ pub fn event_view(e: &Event) -> Value {
     v
 }
 
+/// The error code of a [`Request::WaitHeld`] on an execution the engine
+/// does not hold. Never sent to a client: the HTTP edge reads the store.
+pub const NOT_HELD: &str = "NOT_HELD";
+
 impl Engine {
     fn visible(&self, exec_id: &str) -> Option<&Projection> {
         self.executions
@@ -265,6 +269,21 @@ impl Engine {
                 deadline: self.now + timeout_ms,
             },
         );
+    }
+
+    /// `wait`, if `exec_id` is in memory; else `NOT_HELD` at once.
+    pub(super) fn wait_held(&mut self, id: RequestId, exec_id: &str, timeout_ms: u64) {
+        if self.visible(exec_id).is_none() {
+            return self.reply(
+                id,
+                Response::error(
+                    404,
+                    NOT_HELD,
+                    format!("`{exec_id}` is not in memory: read the store"),
+                ),
+            );
+        }
+        self.wait(id, exec_id, timeout_ms);
     }
 
     /// Answers parked waits on `exec_id` (it is terminal).

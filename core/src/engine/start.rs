@@ -80,13 +80,22 @@ impl Engine {
                 return self.park_behind(exec_id, id, request);
             }
         }
-        // An id the engine does not hold may be a finished execution.
-        if self.load_first(
-            id,
-            &request,
-            start.execution_id.as_deref(),
-            start.idempotency.as_ref(),
-        ) {
+        // An id the engine does not hold may be a finished execution. A
+        // start that would create it is written without asking the store
+        // first: the store refuses the create if the id exists, and the
+        // start then runs again on the stored execution. Any other answer
+        // (an unknown workflow, a bad input) depends on whether the id
+        // exists, and a keyed start needs its key's record: those read
+        // first.
+        let unread = self.creates_unread(&start);
+        if !unread
+            && self.load_first(
+                id,
+                &request,
+                start.execution_id.as_deref(),
+                start.idempotency.as_ref(),
+            )
+        {
             return;
         }
         if let Gate::Done = self.gate(id, &start.idempotency, &request) {
@@ -185,8 +194,27 @@ impl Engine {
         }
         let response = Response::ok(201, json!({"execution_id": exec_id, "created": true}));
         self.record(&mut txn, &start.idempotency, &response);
+        if unread {
+            txn.unread_creates.push((exec_id.clone(), id, request));
+        }
         txn.reply(id, response, Some((exec_id, seq)));
         self.submit(txn);
+    }
+
+    /// True when `start` creates a client-chosen id the engine neither
+    /// holds nor knows to be absent, and would create it whether or not the
+    /// store holds it: no Idempotency-Key, a registered workflow, a valid
+    /// input.
+    fn creates_unread(&self, start: &Start) -> bool {
+        let Some(exec_id) = &start.execution_id else {
+            return false;
+        };
+        start.idempotency.is_none()
+            && !self.executions.contains_key(exec_id)
+            && !self.loads.known.absent.contains(exec_id)
+            && self
+                .lookup_workflow(&start.workflow, start.version.as_deref())
+                .is_some_and(|def| check_value(&def.workflow.input, &start.input).is_ok())
     }
 }
 

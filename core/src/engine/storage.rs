@@ -4,6 +4,7 @@
 
 use super::batch::{BatchId, StorageResult, StoredExecution};
 use super::effect::{Effect, Response};
+use super::input::{Request, RequestId};
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::Txn;
 use super::{Bug, Engine};
@@ -60,7 +61,14 @@ impl Engine {
                         e.reloading = true;
                     }
                 }
+                let mut txn = txn;
+                let again = self.creates_to_run_again(&mut txn, &stale);
                 self.abort(txn, &message);
+                for (exec_id, rid, request) in again {
+                    if let Some(e) = self.executions.get_mut(&exec_id) {
+                        e.waiting.push_front((rid, request));
+                    }
+                }
                 if !stale.is_empty() {
                     self.out.push(Effect::Reload { executions: stale });
                 }
@@ -118,6 +126,23 @@ impl Engine {
         if let Some(txn) = self.registry.unsettled.take() {
             self.submit(txn);
         }
+    }
+
+    /// The starts of `txn` that created an id the store turned out to hold
+    /// (`stale`): their replies are taken out of the batch, and they run
+    /// again behind the reload, to be answered from the stored execution
+    /// (`created: false`, or `409 EXECUTION_EXISTS`).
+    fn creates_to_run_again(
+        &mut self,
+        txn: &mut Txn,
+        stale: &[String],
+    ) -> Vec<(String, RequestId, Request)> {
+        let (again, _): (Vec<_>, Vec<_>) = std::mem::take(&mut txn.unread_creates)
+            .into_iter()
+            .partition(|(id, _, _)| stale.contains(id));
+        txn.replies
+            .retain(|r| !again.iter().any(|(_, rid, _)| *rid == r.request));
+        again
     }
 
     /// Lets requests queued behind these Idempotency-Keys run.

@@ -6,7 +6,7 @@
 use super::batch::{Batch, DefinitionRecord, ExecutionAppend, IdempotencyRecord, Summary};
 use super::decide::{self, ChildView, Context};
 use super::effect::{Effect, Response};
-use super::input::RequestId;
+use super::input::{Request, RequestId};
 use super::state::Exec;
 use super::Engine;
 use crate::history::{ErrorInfo, Event, EventKind, Projection, Status};
@@ -59,6 +59,11 @@ pub(crate) struct Txn {
     /// After an unknown outcome: the proofs of `replies` the reload found
     /// in the store (see `Engine::note_proofs`).
     pub proved: BTreeSet<(String, u64)>,
+    /// Starts that create a client-chosen id without reading the store
+    /// first: (execution id, request). When the store already holds the
+    /// id, the batch is a stale `Conflict`, and the start runs again once
+    /// the execution is read back.
+    pub unread_creates: Vec<(String, RequestId, Request)>,
 }
 
 impl Txn {

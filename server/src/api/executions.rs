@@ -311,9 +311,22 @@ pub async fn wait(
         .timeout_ms
         .unwrap_or(WAIT_TIMEOUT_MS_DEFAULT)
         .min(WAIT_TIMEOUT_MS_MAX);
-    // Unknown or finished: the store answers, the engine is not asked. The
-    // row says which; only a finished execution's history is read and
-    // folded into its view.
+    // Held in memory (running, or finished a moment ago): the engine
+    // answers without a read of the store — the usual case, a client
+    // waiting on what it just started.
+    let held = state
+        .driver
+        .call(Request::WaitHeld {
+            execution_id: id.clone(),
+            timeout_ms,
+        })
+        .await;
+    if held.error_code() != Some(orbit_core::engine::NOT_HELD) {
+        return Ok(respond(held));
+    }
+    // Unknown, finished or idle and evicted: the row says which. Only a
+    // finished execution's history is read and folded into its view, and
+    // outside the engine.
     let store = state.driver.store();
     let row = store.execution(&id).await.map_err(ApiError::storage)?;
     let Some(row) = row else {
