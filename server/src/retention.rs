@@ -5,9 +5,10 @@
 //! same chore. The work is done in small transactions with a pause between
 //! them, so group commits are never held up for long.
 
+use orbit_io_tokio::driver::Clock;
 use orbit_io_tokio::storage::Storage;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Top-level executions deleted per transaction.
 pub const BATCH: u32 = 100;
@@ -15,13 +16,6 @@ pub const BATCH: u32 = 100;
 pub const PAUSE: Duration = Duration::from_millis(20);
 /// How often a round runs.
 pub const EVERY: Duration = Duration::from_secs(60);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// One round: deletes everything finished before `now - retention`, a
 /// batch at a time. Returns the executions deleted.
@@ -47,13 +41,14 @@ pub async fn round(store: &dyn Storage, retention: Duration, now: u64) -> u64 {
     total
 }
 
-/// Runs a round every [`EVERY`], forever.
-pub async fn run(store: Arc<dyn Storage>, retention: Duration) {
+/// Runs a round every [`EVERY`], forever, by the driver's clock (the one
+/// the engine and the idempotency purge read).
+pub async fn run(store: Arc<dyn Storage>, retention: Duration, clock: Clock) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let deleted = round(store.as_ref(), retention, now_ms()).await;
+        let deleted = round(store.as_ref(), retention, clock()).await;
         if deleted > 0 {
             tracing::info!(deleted, "retention: finished executions deleted");
         }

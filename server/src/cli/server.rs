@@ -309,7 +309,7 @@ fn spawn_chores(
     let mut chores = vec![purge.abort_handle()];
     if !retention.is_zero() {
         tracing::info!(retention = ?retention, "deleting finished executions older than the retention");
-        let run = orbit_server::retention::run(driver.store().clone(), retention);
+        let run = orbit_server::retention::run(driver.store().clone(), retention, driver.clock());
         chores.push(tokio::spawn(run).abort_handle());
     }
     let allowed: Vec<String> = http_options.allow.iter().map(|p| p.to_string()).collect();
