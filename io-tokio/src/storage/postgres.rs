@@ -216,7 +216,9 @@ impl PostgresStore {
     /// all the executions concerned and nothing is written. The rows of
     /// the executions are locked first (`FOR UPDATE`, by id), then the
     /// entries: the order a takeover locks them in.
-    async fn check(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
+    /// The ids a transaction's conflict rule looks at, sorted (concurrent
+    /// writers lock rows in the same order).
+    fn checked_ids(tx: &Transaction) -> Vec<String> {
         let mut ids: Vec<String> = tx
             .appends
             .iter()
@@ -225,7 +227,16 @@ impl PostgresStore {
             .collect();
         ids.sort();
         ids.dedup();
-        // Sorted ids: concurrent writers lock rows in the same order.
+        ids
+    }
+
+    /// Locks and reads the rows of `tx`'s executions (a transaction that
+    /// only consumes inbox entries; one with appends reads them in the
+    /// statement that writes its projections).
+    async fn lock_rows(
+        conn: &mut sqlx::PgConnection,
+        tx: &Transaction,
+    ) -> Result<Rows, StorageError> {
         // Not a persistent (named) statement: PostgreSQL would settle on a
         // generic plan while the table is still small — a sequential scan
         // testing every row against the whole id array — and keep it as the
@@ -235,22 +246,21 @@ impl PostgresStore {
              WHERE id = ANY($1) ORDER BY id FOR UPDATE",
         )
         .persistent(false)
-        .bind(&ids)
+        .bind(Self::checked_ids(tx))
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
-        let mut current: BTreeMap<String, (u64, String, u64)> = BTreeMap::new();
-        for r in &rows {
-            let id: String = r.try_get(0).map_err(unavailable)?;
-            current.insert(
-                id,
-                (
-                    to_u64(r.try_get::<i64, _>(1).map_err(unavailable)?),
-                    r.try_get::<String, _>(2).map_err(unavailable)?,
-                    to_u64(r.try_get::<i64, _>(3).map_err(unavailable)?),
-                ),
-            );
-        }
+        stored_rows(&rows)
+    }
+
+    /// Applies the one conflict rule to `tx` against the rows as they were
+    /// before this transaction wrote (`current`), reading and locking the
+    /// inbox entries it consumes.
+    async fn check(
+        conn: &mut sqlx::PgConnection,
+        tx: &Transaction,
+        current: &Rows,
+    ) -> Result<(), StorageError> {
         let mut entries: BTreeMap<i64, String> = BTreeMap::new();
         if !tx.inbox_consumed.is_empty() {
             let mut wanted: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
@@ -285,13 +295,19 @@ impl PostgresStore {
         )
     }
 
+    /// Writes `tx`. With appends, the projections are written first, in
+    /// the same statement that locks and reads the rows as they were
+    /// (one round trip less than a lock, then a write); the rule is judged
+    /// on what it read, and a `Conflict` rolls the write back with the
+    /// rest. The events follow only once the rule passed.
     async fn apply(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
-        if !tx.appends.is_empty() || !tx.inbox_consumed.is_empty() {
-            Self::check(conn, tx).await?;
-        }
         if !tx.appends.is_empty() {
+            let current = Self::write_projections(conn, tx).await?;
+            Self::check(conn, tx, &current).await?;
             Self::write_events(conn, &tx.appends).await?;
-            Self::write_projections(conn, &tx.appends).await?;
+        } else if !tx.inbox_consumed.is_empty() {
+            let current = Self::lock_rows(conn, tx).await?;
+            Self::check(conn, tx, &current).await?;
         }
         if !tx.definitions.is_empty() {
             Self::write_definitions(conn, &tx.definitions).await?;
@@ -304,7 +320,7 @@ impl PostgresStore {
         }
         if !tx.inbox_consumed.is_empty() {
             let ids: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
-            // Planned per call, like the row lock in `check`.
+            // Planned per call, like the row lock.
             sqlx::query("DELETE FROM inbox WHERE id = ANY($1)")
                 .persistent(false)
                 .bind(&ids)
@@ -361,14 +377,16 @@ impl PostgresStore {
         }
     }
 
-    /// The projection upserts of all the appends, in one statement; for an
-    /// execution appended twice the last append's projection wins.
+    /// The projection upserts of all the appends, in one statement that
+    /// also locks the rows of every execution `tx` names and returns them
+    /// as they were before it (all parts of a statement see one snapshot);
+    /// for an execution appended twice the last append's projection wins.
     async fn write_projections(
         conn: &mut sqlx::PgConnection,
-        appends: &[Append],
-    ) -> Result<(), StorageError> {
+        tx: &Transaction,
+    ) -> Result<Rows, StorageError> {
         let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
-        for append in appends {
+        for append in &tx.appends {
             last.insert(append.execution_id.as_str(), append);
         }
         let n = last.len();
@@ -409,17 +427,25 @@ impl PostgresStore {
         // What an execution is (workflow, version, parent, input, creation)
         // never changes: only what it has become is set. While the status
         // stays the same no indexed column changes, so the update is HOT.
-        let result = sqlx::query(
-            "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, input, \
-             output, error, created_at, updated_at, finished_at, last_seq, owner_node, owner_epoch) \
+        // Rows locked in id order first (the upsert's rows are in id order
+        // too): concurrent writers never wait on each other in a cycle.
+        // Planned per call, like the lock of `lock_rows`.
+        let rows = sqlx::query(
+            "WITH before AS (SELECT id, last_seq, owner_node, owner_epoch FROM executions \
+             WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
+             written AS (INSERT INTO executions (id, workflow, version, definition_hash, status, \
+             parent, input, output, error, created_at, updated_at, finished_at, last_seq, \
+             owner_node, owner_epoch) \
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
              $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::int8[], \
              $13::int8[], $14::text[], $15::int8[]) \
              ON CONFLICT (id) DO UPDATE SET status = excluded.status, output = excluded.output, \
              error = excluded.error, updated_at = excluded.updated_at, \
              finished_at = excluded.finished_at, last_seq = excluded.last_seq, \
-             owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch",
+             owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch) \
+             SELECT id, last_seq, owner_node, owner_epoch FROM before",
         )
+        .persistent(false)
         .bind(&ids)
         .bind(&workflows)
         .bind(&versions)
@@ -435,9 +461,11 @@ impl PostgresStore {
         .bind(&last_seqs)
         .bind(&owner_nodes)
         .bind(&owner_epochs)
-        .execute(&mut *conn)
-        .await;
-        result.map(|_| ()).map_err(unavailable)
+        .bind(Self::checked_ids(tx))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        stored_rows(&rows)
     }
 
     async fn write_definitions(
@@ -652,6 +680,25 @@ impl PostgresStore {
             .map(|r| decode::<Event>(&r.try_get::<String, _>(0).map_err(unavailable)?))
             .collect()
     }
+}
+
+/// Rows as the conflict rule reads them: id -> (last seq, owner node,
+/// owner epoch).
+type Rows = BTreeMap<String, (u64, String, u64)>;
+
+fn stored_rows(rows: &[PgRow]) -> Result<Rows, StorageError> {
+    let mut current = Rows::new();
+    for r in rows {
+        current.insert(
+            r.try_get(0).map_err(unavailable)?,
+            (
+                to_u64(r.try_get::<i64, _>(1).map_err(unavailable)?),
+                r.try_get::<String, _>(2).map_err(unavailable)?,
+                to_u64(r.try_get::<i64, _>(3).map_err(unavailable)?),
+            ),
+        );
+    }
+    Ok(current)
 }
 
 fn pool_options(max: u32, acquire_timeout: Duration) -> PgPoolOptions {
