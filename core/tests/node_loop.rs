@@ -156,6 +156,22 @@ impl Harness {
         assert_eq!(self.replies.remove(&0), Some(200));
     }
 
+    /// Sends a signal to `id`; returns the request id.
+    fn signal(&mut self, id: &str) -> u64 {
+        let rid = self.next_id;
+        self.next_id += 1;
+        self.feed(NodeInput::Request {
+            id: rid,
+            request: Request::Signal {
+                execution_id: id.into(),
+                name: "go".into(),
+                payload: json!(null),
+                idempotency: None,
+            },
+        });
+        rid
+    }
+
     /// Sends a start of `id`; returns the request id.
     fn start(&mut self, id: &str) -> u64 {
         let rid = self.next_id;
@@ -250,9 +266,13 @@ fn a_conflict_fails_the_batches_it_names_and_recommits_the_others() {
             stale: vec!["c".into()],
         }),
     );
-    // "c" is new: its start fails; the others are written again, in order,
-    // and answered only after that write.
-    assert_eq!(h.replies.get(&c), Some(&503));
+    // The others are written again, in order, and answered only after that
+    // write. "c" was created without a read of the store, which turned out
+    // to hold it: its start waits for "c" to be read back and runs again on
+    // what the store holds.
+    assert!(!h.replies.contains_key(&c), "not failed: run again");
+    assert_eq!(h.loads.len(), 1);
+    assert_eq!(h.loads[0].1, vec!["c".to_string()]);
     assert!(!h.replies.contains_key(&b) && !h.replies.contains_key(&d));
     let again = h.take_commit();
     assert_eq!(executions(&again), vec![vec!["b"], vec!["d"], vec!["a"]]);
@@ -260,6 +280,18 @@ fn a_conflict_fails_the_batches_it_names_and_recommits_the_others() {
     let before: Vec<u64> = [0, 2, 3].iter().map(|i| group.batches[*i].id).collect();
     assert_eq!(ids, before, "the same batches, not new ones");
     h.answer(&again, Ok(()));
+    // This harness's store holds nothing: read back, "c" is absent, and
+    // its start creates it.
+    let (load, _) = h.loads.remove(0);
+    h.feed(NodeInput::Loaded {
+        load,
+        result: Ok(vec![StoredExecution {
+            execution_id: "c".into(),
+            events: Vec::new(),
+        }]),
+    });
+    h.settle();
+    assert_eq!(h.replies.get(&c), Some(&201));
     assert_eq!(
         (h.replies.get(&b), h.replies.get(&d)),
         (Some(&201), Some(&201))
@@ -411,21 +443,21 @@ fn a_clock_that_steps_back_still_gets_ticks() {
 fn a_fetch_the_store_cannot_answer_fails_its_request_and_is_tried_again() {
     let mut h = Harness::new(1);
     h.store_down = true;
-    // A start naming an id the engine does not hold reads the store first.
-    let rid = h.start("outage-1");
+    // A signal naming an execution the engine does not hold reads the
+    // store first.
+    let rid = h.signal("outage-1");
     assert_eq!(h.fetches, 1);
     assert_eq!(h.replies.remove(&rid), Some(503), "answered at once");
     assert!(h.commits.is_empty(), "nothing written");
     // The read is tried again after the backoff; the store is back, and the
-    // retry only warms memory: the same start can be made again.
+    // retry only warms memory: the same signal now learns the execution
+    // does not exist.
     h.store_down = false;
     h.now += 50;
     h.feed(NodeInput::Time);
     assert_eq!(h.fetches, 2, "the read was tried again");
-    let rid = h.start("outage-1");
-    let c = h.take_commit();
-    h.answer(&c, Ok(()));
-    assert_eq!(h.replies.remove(&rid), Some(201));
+    let rid = h.signal("outage-1");
+    assert_eq!(h.replies.remove(&rid), Some(404));
 }
 
 #[test]
