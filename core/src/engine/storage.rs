@@ -65,8 +65,11 @@ impl Engine {
                 let again = self.creates_to_run_again(&mut txn, &stale);
                 self.abort(txn, &message);
                 for (exec_id, rid, request) in again {
-                    if let Some(e) = self.executions.get_mut(&exec_id) {
-                        e.waiting.push_front((rid, request));
+                    match self.executions.get_mut(&exec_id) {
+                        Some(e) => e.waiting.push_front((rid, request)),
+                        // Not held any more (cannot happen: it is reloading):
+                        // answered, never left hanging.
+                        None => self.reply(rid, storage_error(&message)),
                     }
                 }
                 if !stale.is_empty() {
