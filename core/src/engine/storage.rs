@@ -11,6 +11,19 @@ use super::{Bug, Engine};
 use crate::history::{Event, EventKind, Projection, Status, UnitState};
 use std::collections::BTreeSet;
 
+/// The starts of `txn` that created an id the store turned out to hold
+/// (`stale`): their replies are taken out of the batch, and they run again
+/// behind the reload, to be answered from the stored execution
+/// (`created: false`, or `409 EXECUTION_EXISTS`).
+fn creates_to_run_again(txn: &mut Txn, stale: &[String]) -> Vec<(String, RequestId, Request)> {
+    let (again, _): (Vec<_>, Vec<_>) = std::mem::take(&mut txn.unread_creates)
+        .into_iter()
+        .partition(|(id, _, _)| stale.contains(id));
+    txn.replies
+        .retain(|r| !again.iter().any(|(_, rid, _)| *rid == r.request));
+    again
+}
+
 fn storage_error(message: &str) -> Response {
     Response::error(503, "STORAGE_ERROR", message)
 }
@@ -62,7 +75,7 @@ impl Engine {
                     }
                 }
                 let mut txn = txn;
-                let again = self.creates_to_run_again(&mut txn, &stale);
+                let again = creates_to_run_again(&mut txn, &stale);
                 self.abort(txn, &message);
                 for (exec_id, rid, request) in again {
                     match self.executions.get_mut(&exec_id) {
@@ -129,23 +142,6 @@ impl Engine {
         if let Some(txn) = self.registry.unsettled.take() {
             self.submit(txn);
         }
-    }
-
-    /// The starts of `txn` that created an id the store turned out to hold
-    /// (`stale`): their replies are taken out of the batch, and they run
-    /// again behind the reload, to be answered from the stored execution
-    /// (`created: false`, or `409 EXECUTION_EXISTS`).
-    fn creates_to_run_again(
-        &mut self,
-        txn: &mut Txn,
-        stale: &[String],
-    ) -> Vec<(String, RequestId, Request)> {
-        let (again, _): (Vec<_>, Vec<_>) = std::mem::take(&mut txn.unread_creates)
-            .into_iter()
-            .partition(|(id, _, _)| stale.contains(id));
-        txn.replies
-            .retain(|r| !again.iter().any(|(_, rid, _)| *rid == r.request));
-        again
     }
 
     /// Lets requests queued behind these Idempotency-Keys run.

@@ -211,11 +211,6 @@ impl PostgresStore {
         }
     }
 
-    /// Checks every append and consumed inbox entry against the locked
-    /// rows with the shared conflict rule ([`check`]), so a conflict names
-    /// all the executions concerned and nothing is written. The rows of
-    /// the executions are locked first (`FOR UPDATE`, by id), then the
-    /// entries: the order a takeover locks them in.
     /// The ids a transaction's conflict rule looks at, sorted (concurrent
     /// writers lock rows in the same order).
     fn checked_ids(tx: &Transaction) -> Vec<String> {
@@ -253,9 +248,12 @@ impl PostgresStore {
         stored_rows(&rows)
     }
 
-    /// Applies the one conflict rule to `tx` against the rows as they were
-    /// before this transaction wrote (`current`), reading and locking the
-    /// inbox entries it consumes.
+    /// Checks every append and consumed inbox entry against the rows as
+    /// they were before this transaction wrote (`current`, already locked)
+    /// with the shared conflict rule ([`check`]), so a conflict names all
+    /// the executions concerned and the transaction is rolled back. The
+    /// rows of the executions are locked first (`FOR UPDATE`, by id), then
+    /// the entries here: the order a takeover locks them in.
     async fn check(
         conn: &mut sqlx::PgConnection,
         tx: &Transaction,
