@@ -76,6 +76,16 @@ async fn synchronous_commit_is_pinned_on_every_connection() {
 }
 
 #[tokio::test]
+async fn the_commit_connection_never_plans_a_table_scan_for_a_lookup() {
+    let Some(db) = ScratchDatabase::create("noscan").await else {
+        return;
+    };
+    let store = open(&db).await;
+    assert_eq!(store.writer_setting("enable_seqscan").await.unwrap(), "off");
+    store.close().await;
+}
+
+#[tokio::test]
 async fn a_batch_of_many_executions_is_one_atomic_write() {
     let Some(db) = ScratchDatabase::create("batch").await else {
         return;
