@@ -541,3 +541,48 @@ fn a_failed_admission_write_is_retried() {
     w.at(200);
     assert_eq!(w.status("b"), "running");
 }
+
+/// A retry falls due while its execution's batch is still being written,
+/// so the tick that sees it cannot act on it. That overdue entry must not
+/// stay the engine's earliest deadline: a poll parked meanwhile is woken at
+/// its own deadline, not left for whatever tick comes next (found by the
+/// eviction-invisible simulation, where only the run without eviction
+/// answered such a poll late).
+#[test]
+fn an_overdue_retry_of_a_busy_execution_does_not_hide_a_later_deadline() {
+    let mut w = world();
+    w.grid = None;
+    w.start("Plain", "u-1", json!({"n": 1}));
+    let s = w.register("w-1", &["demo.*"]);
+    let t = w.take(&s);
+    assert_eq!(w.fail(&t.token, "FLAKY", true), accepted());
+    // The retry is due 100 ms after the failure; a signal's batch is held
+    // in flight across that moment.
+    w.mode = Mode::Hold;
+    w.send(Request::Signal {
+        execution_id: "u-1".into(),
+        name: "nudge".into(),
+        payload: json!({}),
+        idempotency: None,
+    });
+    w.advance(150);
+    // Another worker's poll parks for 300 ms.
+    let other = w.register("w-2", &["other.*"]);
+    let deadline = w.now + 300;
+    let poll = w.send(Request::Poll {
+        session_id: other,
+        max_tasks: Some(1),
+        wait_ms: 300,
+        held: vec![],
+    });
+    assert!(!w.replies.contains_key(&poll));
+    assert!(
+        w.wake.is_some_and(|at| at <= deadline),
+        "the engine asks to be woken by the poll's deadline ({deadline}), asked {:?}",
+        w.wake
+    );
+    w.mode = Mode::Ok;
+    w.release(Mode::Ok);
+    w.advance_to(deadline);
+    assert_eq!(w.replies.remove(&poll).unwrap().body, json!({"tasks": []}));
+}

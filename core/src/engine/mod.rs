@@ -109,6 +109,9 @@ pub struct Engine {
     dirty: BTreeSet<String>,
     /// (time, execution) of every timer, retry and deadline due.
     wakes: BTreeSet<(Millis, String)>,
+    /// When the last tick ran: the entries of `wakes` due by then were
+    /// looked at.
+    ticked_at: Millis,
     /// Executions to look at again at the next tick.
     soon: BTreeSet<String>,
     /// Until then, hand-outs recovered from the store wait for their
@@ -144,6 +147,7 @@ impl Engine {
             executions: BTreeMap::new(),
             dirty: BTreeSet::new(),
             wakes: BTreeSet::new(),
+            ticked_at: 0,
             soon: BTreeSet::new(),
             recovery_until: None,
             finished: VecDeque::new(),

@@ -9,6 +9,7 @@ use crate::history::{ErrorInfo, EventKind, Millis};
 impl Engine {
     pub(super) fn tick(&mut self) {
         let now = self.now;
+        self.ticked_at = now;
         self.expire_polls();
         self.expire_waits();
         let timeout = self.config.session_timeout_ms;
@@ -248,8 +249,21 @@ impl Engine {
     /// The earliest time a `Tick` has work to do.
     pub(super) fn next_wake(&self) -> Option<Millis> {
         let timeout = self.config.session_timeout_ms;
+        // An entry the last tick already saw belongs to an execution that
+        // tick could not decide (its batch in flight, a reload, orphans to
+        // record): it is looked at again when its commit lands or on the
+        // next tick. Asked for as the time it fell due, it would stay the
+        // earliest deadline, the same from tick to tick, and hide every
+        // later one (a parked poll's deadline among them) until the
+        // periodic tick.
+        let seen = self.ticked_at;
+        let stale = self.wakes.first().is_some_and(|(t, _)| *t <= seen);
         [
-            self.wakes.first().map(|(t, _)| *t),
+            self.wakes
+                .range((seen + 1, String::new())..)
+                .next()
+                .map(|(t, _)| *t),
+            stale.then_some(self.now + TICK_MS),
             self.work.polls.values().map(|p| p.deadline).min(),
             self.work.waits.values().map(|w| w.deadline).min(),
             self.work
