@@ -54,8 +54,9 @@ pub async fn register(
 }
 
 /// Long-polls for tasks: `{"tasks": [...]}`. A poll may carry results
-/// (`results`): they are recorded first, each exactly as the result
-/// endpoint records it, and answered in the reply's `results`.
+/// (`results`): each is recorded exactly as the result endpoint records it
+/// and answered in the reply's `results`, and a task one of them schedules
+/// can come back in the same reply.
 #[utoipa::path(post, path = "/v1/workers/{session}/poll", tag = "workers",
     request_body(content = PollRequest, description = "optional"),
     params(("session" = String, Path, description = "session id")),
@@ -91,12 +92,23 @@ pub async fn poll(
         results.push((r.token, outcome));
     }
     // Each result goes to the engine as its own request, all at once (they
-    // commit together in the next group commit) and each is answered only
-    // after its commit; then the poll.
+    // commit together in the next group commit), and each is answered only
+    // after its commit. A poll that may wait goes first: found nothing
+    // queued, it is parked by the time the results are recorded, so a task
+    // one of them schedules is handed to it in the same batch — the result,
+    // the next step and its dispatch share one commit. A poll that may not
+    // wait goes after the results, so it still finds what they scheduled.
     let patterns = caller
         .filter(|c| c.role == Role::Worker)
         .map(|c| c.0.task_patterns);
-    let answers = futures_util::future::join_all(results.into_iter().map(|(token, outcome)| {
+    let wait_ms = body.wait_ms.min(POLL_WAIT_MS_MAX);
+    let poll = Request::Poll {
+        session_id: session,
+        max_tasks: body.max_tasks.map(|m| m.min(POLL_MAX_TASKS_MAX)),
+        wait_ms,
+        held: body.held,
+    };
+    let recorded = futures_util::future::join_all(results.into_iter().map(|(token, outcome)| {
         let driver = &state.driver;
         let patterns = patterns.clone();
         async move {
@@ -109,17 +121,15 @@ pub async fn poll(
                 .await;
             result_answer(token, r)
         }
-    }))
-    .await;
-    let mut polled = state
-        .driver
-        .call(Request::Poll {
-            session_id: session,
-            max_tasks: body.max_tasks.map(|m| m.min(POLL_MAX_TASKS_MAX)),
-            wait_ms: body.wait_ms.min(POLL_WAIT_MS_MAX),
-            held: body.held,
-        })
-        .await;
+    }));
+    let (mut polled, answers) = if wait_ms > 0 {
+        // `join` polls its first future first: the poll's request is sent
+        // before the results'.
+        futures_util::future::join(state.driver.call(poll), recorded).await
+    } else {
+        let answers = recorded.await;
+        (state.driver.call(poll).await, answers)
+    };
     if !answers.is_empty() {
         let slot = if (200..300).contains(&polled.status) {
             polled.body.as_object_mut()
