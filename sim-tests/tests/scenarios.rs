@@ -85,3 +85,10 @@ fn builtin_http_task_across_crashes() {
 fn cluster_leader_with_takeovers_pauses_and_skew() {
     run(Scenario::ClusterLeader, 13);
 }
+
+/// Each seed runs twice (eviction off, then forced), so this costs about
+/// two scenarios.
+#[test]
+fn eviction_is_invisible_under_faults() {
+    run(Scenario::EvictionInvisible, 14);
+}

@@ -297,3 +297,52 @@ fn a_conflict_split_that_forgets_the_other_batches_is_caught() {
         &[Invariant::NoLostCommits],
     );
 }
+
+/// The comparison of `eviction-invisible` (invariant 9) catches the lost
+/// timer too, or liveness does in the run with eviction.
+#[test]
+fn an_evicted_execution_that_forgets_its_timer_is_caught_by_the_comparison() {
+    use orbit_io_sim::Bug;
+    planted(
+        Bug::EvictionLosesTimer,
+        Scenario::EvictionInvisible,
+        BUDGET_LOST_TIMER,
+        &[Invariant::EvictionInvisible, Invariant::Liveness],
+    );
+}
+
+/// An evicted execution that gives up its `--max-active-executions` slot
+/// lets a waiting execution start early. Every history stays legal and
+/// everything finishes, so only the comparison with the run without
+/// eviction sees it: the run with eviction alone passes on the seed that
+/// caught it.
+#[test]
+fn an_evicted_execution_that_gives_up_its_admission_slot_is_caught_only_by_the_comparison() {
+    use orbit_io_sim::Bug;
+    let bug = Bug::EvictionFreesAdmissionSlot;
+    let scenario = Scenario::EvictionInvisible;
+    let catch = orbit_sim_tests::first_catch_planted(scenario, bug, BUDGET_ADMISSION_SLOT);
+    let seed = catch.as_ref().map(|(seed, _)| *seed);
+    caught_as(
+        &format!("{bug:?}"),
+        catch,
+        &scenario.to_string(),
+        BUDGET_ADMISSION_SLOT,
+        &[Invariant::EvictionInvisible],
+    );
+    let seed = seed.unwrap();
+    let alone = orbit_io_sim::World::new(
+        orbit_io_sim::SimConfig::sample(seed, scenario),
+        orbit_io_sim::RunOptions {
+            plant: vec![bug],
+            ..orbit_io_sim::RunOptions::default()
+        },
+    )
+    .unwrap()
+    .run();
+    assert_eq!(
+        alone.outcome.exit_code(),
+        0,
+        "seed {seed:#x}: the run with eviction alone was caught too:\n{alone}"
+    );
+}

@@ -5,6 +5,7 @@
 
 pub mod determinism;
 pub mod durability;
+pub mod invisible;
 pub mod keys;
 pub mod limits;
 pub mod liveness;
@@ -37,6 +38,10 @@ pub enum Invariant {
     Saga,
     /// 8. Liveness: everything finishes once faults stop.
     Liveness,
+    /// 9. Eviction is invisible: a run with idle executions evicted at
+    /// random points stores the same histories and gives the same replies
+    /// as the same seed without eviction.
+    EvictionInvisible,
 }
 
 impl Invariant {
@@ -51,6 +56,7 @@ impl Invariant {
             Invariant::StableKeys => 6,
             Invariant::Saga => 7,
             Invariant::Liveness => 8,
+            Invariant::EvictionInvisible => 9,
         }
     }
 
@@ -65,6 +71,7 @@ impl Invariant {
             Invariant::StableKeys => "stable keys",
             Invariant::Saga => "saga correctness",
             Invariant::Liveness => "liveness",
+            Invariant::EvictionInvisible => "eviction is invisible",
         }
     }
 }
