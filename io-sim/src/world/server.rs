@@ -49,6 +49,7 @@ impl World {
             NodeConfig {
                 commits_in_flight: self.cfg.commits_in_flight,
                 tick_ms: TICK_EVERY_MS,
+                group_across_reads: self.reads_at_once(),
                 ..NodeConfig::default()
             },
         );
