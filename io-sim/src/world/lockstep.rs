@@ -45,8 +45,7 @@ impl Lockstep {
     /// Lockstep mode for the `eviction-invisible` scenario, else `None`.
     pub(crate) fn for_config(cfg: &SimConfig) -> Option<Lockstep> {
         (cfg.scenario == Scenario::EvictionInvisible).then(|| Lockstep {
-            evict: (cfg.evict_now_probability > 0.0)
-                .then(|| SimRng::new(cfg.seed ^ EVICT_STREAM)),
+            evict: (cfg.evict_now_probability > 0.0).then(|| SimRng::new(cfg.seed ^ EVICT_STREAM)),
             replies: BTreeMap::new(),
         })
     }
