@@ -150,6 +150,7 @@ fn reply_difference(off: &Observed, on: &Observed) -> Option<Difference> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use orbit_core::history::EventKind;
@@ -181,14 +182,14 @@ mod tests {
         on.histories.insert("e1".into(), vec![event(1, 1000)]);
         on.replies
             .insert("Client(0)".into(), vec![reply(200, "{\"a\":2}")]);
-        let v = check(&off, &on, 1000).unwrap_err();
+        let v = check(&off, &on, 1000).err().unwrap();
         assert_eq!(v.invariant, Invariant::EvictionInvisible);
         // The reply (at +200ms) differs before the history (+500ms).
         assert!(v.message.contains("Client(0)"), "{}", v.message);
         assert!(v.message.contains("{\"a\":2}"), "{}", v.message);
 
         on.replies = off.replies.clone();
-        let v = check(&off, &on, 1000).unwrap_err();
+        let v = check(&off, &on, 1000).err().unwrap();
         assert!(v.message.contains("e1 differs at seq 2"), "{}", v.message);
         assert!(v.message.contains("(no such event)"), "{}", v.message);
         assert_eq!(v.execution.as_deref(), Some("e1"));

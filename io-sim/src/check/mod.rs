@@ -38,9 +38,8 @@ pub enum Invariant {
     Saga,
     /// 8. Liveness: everything finishes once faults stop.
     Liveness,
-    /// 9. Eviction is invisible: a run with idle executions evicted at
-    /// random points stores the same histories and gives the same replies
-    /// as the same seed without eviction.
+    /// 9. Eviction is invisible: evicting idle executions changes no
+    ///    history and no reply (`eviction-invisible` only).
     EvictionInvisible,
 }
 

@@ -38,7 +38,6 @@ impl World {
             idle_evict_ms: self.cfg.idle_evict_ms,
             max_in_memory: self.cfg.max_in_memory,
             finished_cache: self.cfg.finished_cache,
-            ..Config::default()
         };
         let mut engine = Engine::new(config, Box::new(ids));
         for bug in &self.plant {
