@@ -41,11 +41,17 @@ pub enum Scenario {
     /// clocks over one database; the leader killed mid-commit, paused past
     /// `--node-timeout` with its writes queued, cut off from the database.
     ClusterLeader,
+    /// Eviction is invisible: each seed runs twice in lockstep, once with
+    /// eviction of idle executions off and once with executions evicted at
+    /// random points, under crashes, storage, network and worker faults;
+    /// both runs must store the same histories and give every actor the
+    /// same replies.
+    EvictionInvisible,
 }
 
 impl Scenario {
     /// Every scenario, in a fixed order.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::Swarm,
         Scenario::SteadyLoad,
         Scenario::CrashStorm,
@@ -59,6 +65,7 @@ impl Scenario {
         Scenario::ClockJumps,
         Scenario::BuiltinHttp,
         Scenario::ClusterLeader,
+        Scenario::EvictionInvisible,
     ];
 
     /// The command-line name (`crash-storm`).
@@ -77,6 +84,7 @@ impl Scenario {
             Scenario::ClockJumps => "clock-jumps",
             Scenario::BuiltinHttp => "builtin-http",
             Scenario::ClusterLeader => "cluster-leader",
+            Scenario::EvictionInvisible => "eviction-invisible",
         }
     }
 
@@ -272,6 +280,15 @@ pub struct SimConfig {
     pub idle_evict_ms: Option<Millis>,
     /// The server's `--max-in-memory-executions` (`None`: no cap).
     pub max_in_memory: Option<usize>,
+    /// How many finished executions the server keeps in memory (older
+    /// ones are read back from the store when a command names them).
+    pub finished_cache: usize,
+    /// Probability, before each step of the world, that the server evicts
+    /// at once every execution that could leave memory (eviction "forced
+    /// at random points"; drawn from its own stream, so that the world's
+    /// draws stay those of a run without it). 0 outside
+    /// `eviction-invisible`.
+    pub evict_now_probability: f64,
 }
 
 fn p(rng: &mut SimRng, max: f64) -> f64 {
@@ -311,6 +328,8 @@ impl SimConfig {
             node_timeout_ms: 5_000,
             idle_evict_ms: Some(orbit_core::engine::IDLE_EVICT_MS),
             max_in_memory: Some(orbit_core::engine::MAX_IN_MEMORY),
+            finished_cache: orbit_core::engine::FINISHED_CACHE,
+            evict_now_probability: 0.0,
         };
         let f = &mut c.faults;
         f.net_delay_ms_max = rng.between(1, 200);
@@ -430,6 +449,42 @@ impl SimConfig {
                 f.client_cancel_probability = p(&mut rng, 0.2);
                 f.clock_jump_probability = p(&mut rng, 0.5);
             }
+            Scenario::EvictionInvisible => {
+                // Every fault that both runs meet at the same instants
+                // (see `lockstep`): not the cluster's, whose fetches fail
+                // while a node is cut off from the database.
+                f.store_commit_fail_probability = p(&mut rng, 0.1);
+                f.store_commit_ambiguous_probability = p(&mut rng, 0.1);
+                f.store_commit_conflict_probability = p(&mut rng, 0.1);
+                f.store_slow_probability = p(&mut rng, 0.2);
+                f.store_slow_ms_max = rng.between(100, 5000);
+                f.server_crash_interval_ms_mean = if rng.chance(0.6) {
+                    rng.between(2, 20) * 1000
+                } else {
+                    0
+                };
+                f.server_restart_ms_max = rng.between(100, 5000);
+                f.net_loss_probability = p(&mut rng, 0.1);
+                f.net_duplicate_probability = p(&mut rng, 0.1);
+                f.worker_crash_probability = p(&mut rng, 0.1);
+                f.worker_pause_probability = p(&mut rng, 0.1);
+                f.worker_double_report_probability = p(&mut rng, 0.2);
+                f.worker_fail_probability = p(&mut rng, 0.2);
+                f.worker_contract_violation_probability = p(&mut rng, 0.1);
+                f.worker_slow_probability = p(&mut rng, 0.1);
+                f.worker_unregister_probability = p(&mut rng, 0.2);
+                f.client_cancel_probability = p(&mut rng, 0.3);
+                f.clock_jump_probability = p(&mut rng, 0.5);
+                f.clock_jump_ms_max = rng.between(500, 3 * c.session_timeout_ms);
+                f.clock_back_probability = rng.float(0.0, 0.6);
+                if rng.chance(0.4) {
+                    c.max_active_executions = Some(rng.between(1, 6));
+                }
+                if rng.chance(0.3) {
+                    c.idempotency_ttl_ms = rng.between(1, 20) * 1000;
+                }
+                c.commits_in_flight = rng.between(1, 3) as usize;
+            }
             Scenario::IdempotentStarts => {
                 c.client_id_probability = rng.float(0.2, 0.6);
                 c.idempotency_key_probability = rng.float(0.3, 0.9);
@@ -450,7 +505,7 @@ impl SimConfig {
         let f = &mut c.faults;
         f.net_partition_ms_max = rng.between(1000, 3 * c.session_timeout_ms);
         f.net_partition_probability = match scenario {
-            Scenario::Swarm => p(&mut rng, 0.3),
+            Scenario::Swarm | Scenario::EvictionInvisible => p(&mut rng, 0.3),
             Scenario::LostWorkers => p(&mut rng, 0.5),
             _ => 0.0,
         };
@@ -531,8 +586,24 @@ impl SimConfig {
         c.faults.store_commit_conflict_probability = match scenario {
             Scenario::Swarm => p(&mut rng, 0.1),
             Scenario::StorageFaults => rng.float(0.02, 0.2),
+            Scenario::EvictionInvisible => c.faults.store_commit_conflict_probability,
             _ => 0.0,
         };
+        if scenario == Scenario::EvictionInvisible {
+            // The run with eviction (the run without has it off): a short
+            // cache of finished executions, and every idle execution
+            // evicted at random points between steps. Not the engine's own
+            // timer (`--idle-evict`) nor its cap, which work on ticks: their
+            // idleness checks ask for wake-ups of their own, and a tick at
+            // an instant the run without eviction has none lets the engine
+            // do its "at the next tick" work (a retry after a failed write,
+            // orphaned deliveries) earlier — a difference of the world, not
+            // of eviction. See the scenario's chapter.
+            c.idle_evict_ms = None;
+            c.max_in_memory = None;
+            c.finished_cache = rng.between(0, 4) as usize;
+            c.evict_now_probability = (rng.float(0.001, 0.2) * 1000.0).round() / 1000.0;
+        }
         c
     }
 
@@ -584,6 +655,10 @@ impl fmt::Display for SimConfig {
         match self.max_in_memory {
             Some(n) => writeln!(f, "max_in_memory = {n}")?,
             None => writeln!(f, "max_in_memory = none")?,
+        }
+        writeln!(f, "finished_cache = {}", self.finished_cache)?;
+        if self.evict_now_probability > 0.0 {
+            writeln!(f, "evict_now_probability = {}", self.evict_now_probability)?;
         }
         if self.cluster_nodes > 1 {
             writeln!(f, "cluster_nodes = {}", self.cluster_nodes)?;

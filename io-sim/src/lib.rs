@@ -41,6 +41,7 @@ pub use orbit_core::cluster::ClusterBug;
 pub use orbit_core::engine::Bug;
 pub use orbit_core::node::NodeStats;
 pub use report::{Outcome, Report};
+pub use world::lockstep::without_eviction;
 pub use world::{RunOptions, World, EPOCH_MS};
 
 /// Runs one seed of `scenario` and reports. A panic inside the engine or
@@ -53,7 +54,11 @@ pub fn run(seed: u64, scenario: Scenario) -> Report {
 pub fn run_with(config: SimConfig, options: RunOptions) -> Report {
     let cfg = config.clone();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        World::new(config, options).map(World::run)
+        if config.scenario == Scenario::EvictionInvisible {
+            world::lockstep::run_pair(config, options)
+        } else {
+            World::new(config, options).map(World::run)
+        }
     }));
     let crash = |message: String| Report {
         config: cfg.clone(),

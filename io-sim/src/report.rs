@@ -10,7 +10,7 @@ use std::fmt;
 
 /// Exit code of a run that passed.
 pub const EXIT_OK: i32 = 0;
-/// Exit code of a correctness failure (invariants 1–7).
+/// Exit code of a correctness failure (invariants 1–7 and 9).
 pub const EXIT_CORRECTNESS: i32 = 1;
 /// Exit code of a liveness failure (invariant 8).
 pub const EXIT_LIVENESS: i32 = 2;

@@ -243,6 +243,15 @@ fn mix(scenario: Scenario) -> &'static [(&'static str, u64)] {
         Scenario::ChildWorkflows => &[("Parent", 4), ("Plain", 1)],
         Scenario::IdempotentStarts => &[("Plain", 2), ("Saga", 1)],
         Scenario::BuiltinHttp => &[("Notify", 4), ("Plain", 1)],
+        // Executions that wait (sleeps, signals, children) are the ones
+        // that leave memory.
+        Scenario::EvictionInvisible => &[
+            ("Waiting", 3),
+            ("Parent", 2),
+            ("Saga", 2),
+            ("Plain", 1),
+            ("Throttled", 1),
+        ],
     }
 }
 

@@ -20,10 +20,11 @@ use orbit_core::engine::{Batch, DefinitionRecord, Request, RequestId, Response};
 use orbit_core::history::Millis;
 use orbit_core::ir;
 use orbit_core::node::{GroupCommit, Io, LoadId, Node, NodeInput, NodeStats};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 mod cluster;
+pub(crate) mod lockstep;
 mod server;
 
 pub(crate) use cluster::ClusterEv;
@@ -236,6 +237,12 @@ pub struct World {
     pub(crate) builtin: Builtin,
     /// Counters of the node loops of past incarnations.
     node_stats: NodeStats,
+    /// Lockstep mode (`eviction-invisible`): reads of the store are
+    /// answered at once, and what the world showed is recorded.
+    lockstep: Option<lockstep::Lockstep>,
+    /// Events of the current instant, handled before any queued event
+    /// (lockstep reads).
+    instant: VecDeque<Ev>,
 }
 
 impl World {
@@ -283,6 +290,8 @@ impl World {
             created_by_key: BTreeMap::new(),
             builtin: Builtin::new(cfg.scenario == crate::config::Scenario::BuiltinHttp),
             node_stats: NodeStats::default(),
+            lockstep: lockstep::Lockstep::for_config(&cfg),
+            instant: VecDeque::new(),
             cfg,
         };
         w.setup()?;
@@ -366,11 +375,21 @@ impl World {
     }
 
     /// Runs the world to its end and reports.
-    pub fn run(mut self) -> Report {
+    pub fn run(self) -> Report {
+        self.run_observed().0
+    }
+
+    /// Runs the world to its end and reports, with what it showed the
+    /// outside world (recorded in lockstep mode only).
+    pub(crate) fn run_observed(mut self) -> (Report, check::invisible::Observed) {
         let deadline = self.faults_end_at + self.cfg.liveness_ms_max;
         let mut last_quiet_check = 0;
         while self.violation.is_none() {
-            let Some(((t, _), ev)) = self.queue.pop_first() else {
+            let next = match self.instant.pop_front() {
+                Some(ev) => Some(((self.now, 0), ev)),
+                None => self.queue.pop_first(),
+            };
+            let Some(((t, _), ev)) = next else {
                 break;
             };
             if t > deadline {
@@ -392,6 +411,7 @@ impl World {
             if self.trace {
                 println!("{:>9} {}", t - EPOCH_MS, describe(&ev));
             }
+            self.force_eviction();
             self.step(ev);
             if !self.faults_on && self.now >= last_quiet_check + 1000 {
                 last_quiet_check = self.now;
@@ -423,13 +443,15 @@ impl World {
         self.stats.node = std::mem::take(&mut self.node_stats);
         self.stats.payment_calls = self.payments.calls();
         self.stats.payment_effects = self.payments.effects() as u64;
-        Report {
+        let observed = self.observed();
+        let report = Report {
             config: self.cfg,
             outcome,
             trace_hash: self.hash,
             virtual_ms: self.now - EPOCH_MS,
             stats: self.stats,
-        }
+        };
+        (report, observed)
     }
 
     fn step(&mut self, ev: Ev) {
@@ -443,11 +465,14 @@ impl World {
                 self.focus = node;
                 self.deliver_to_server(from, req, request);
             }
-            Ev::ToActor { to, req, response } => match to {
-                Actor::Worker(w) => self.worker_response(w, req, response),
-                Actor::Client(c) => self.client_response(c, req, response),
-                Actor::Builtin => self.builtin_answer(req, response),
-            },
+            Ev::ToActor { to, req, response } => {
+                self.record_reply(to, req, &response);
+                match to {
+                    Actor::Worker(w) => self.worker_response(w, req, response),
+                    Actor::Client(c) => self.client_response(c, req, response),
+                    Actor::Builtin => self.builtin_answer(req, response),
+                }
+            }
             Ev::CommitDone { inc, commit } => {
                 self.focus_inc(inc);
                 self.commit_done(inc, commit);
@@ -565,6 +590,7 @@ impl World {
 
     fn send_to_actor(&mut self, to: Actor, req: u64, response: Response) {
         if to == Actor::Builtin {
+            self.record_reply(to, req, &response);
             return self.builtin_answer(req, response);
         }
         if self.cut_off(to) {

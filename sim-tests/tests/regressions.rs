@@ -141,3 +141,23 @@ fn a_run_does_not_end_while_a_reload_waits_to_be_tried_again() {
 fn a_run_reads_back_only_through_the_node_leading_in_the_lease_term() {
     passes(0x2540c3156, Scenario::ClusterLeader);
 }
+
+/// Finding 3 (open, found by `eviction-invisible`): about one seed in nine
+/// parts. In the six examined (0x2, 0x18, 0x20, 0x36b6, 0x36bc, 0x36c6)
+/// the first difference is a reply the run *with* eviction gives earlier —
+/// a long poll's empty answer, a task hand-out, a start's reply — by 15 to
+/// 450 ms; others part first in a history (not examined yet). The run without eviction is the late one: at seed
+/// 0x18 a poll that arrived at +17172 ms with `wait_ms: 1000` was answered
+/// at +18443 ms, the node having ticked the engine at +18099 and +18435 but
+/// not at the poll's deadline (+18172, when the run with eviction, whose
+/// engine had just read an evicted execution back for a signal, ticked and
+/// answered). A wake-up the engine asked for seems lost until the next
+/// periodic tick; reading an execution back asks for it again. Not fixed
+/// yet; these seeds are skipped by `scenarios.rs` meanwhile.
+#[test]
+#[ignore = "finding 3: a lost wake-up, open"]
+fn finding_3_a_run_with_eviction_answers_earlier_than_one_without() {
+    for seed in [0x18, 0x36b6, 0x36bc, 0x36c6] {
+        passes(seed, Scenario::EvictionInvisible);
+    }
+}

@@ -297,3 +297,86 @@ fn a_conflict_split_that_forgets_the_other_batches_is_caught() {
         &[Invariant::NoLostCommits],
     );
 }
+
+/// Seed budgets of the eviction teeth in `eviction-invisible`, about ten
+/// times the first catch: of 200 release seeds, `eviction-loses-timer`
+/// failed 169 (146 of them seeds that pass without it; first 0x1) and
+/// `eviction-frees-admission-slot` 42 (19 beyond those; first 0x5).
+const BUDGET_LOST_TIMER: u64 = 10;
+const BUDGET_ADMISSION_SLOT: u64 = 60;
+
+/// The first seed of `eviction-invisible` below `max` that fails with
+/// `bug` planted and passes without it. Some seeds of the scenario part
+/// without any planted bug (`KNOWN_ENGINE_BUGS` in `scenarios.rs`); a catch
+/// on one of those would prove nothing.
+fn first_catch_beyond_unplanted(
+    bug: orbit_io_sim::Bug,
+    max: u64,
+) -> Option<(u64, orbit_io_sim::Report)> {
+    let scenario = Scenario::EvictionInvisible;
+    (0..max).find_map(|seed| {
+        let cfg = orbit_io_sim::SimConfig::sample(seed, scenario);
+        let planted = orbit_io_sim::run_with(
+            cfg.clone(),
+            orbit_io_sim::RunOptions {
+                plant: vec![bug],
+                ..orbit_io_sim::RunOptions::default()
+            },
+        );
+        if planted.outcome.exit_code() == 0 {
+            return None;
+        }
+        let clean = orbit_io_sim::run_with(cfg, orbit_io_sim::RunOptions::default());
+        (clean.outcome.exit_code() == 0).then_some((seed, planted))
+    })
+}
+
+/// The comparison of `eviction-invisible` (invariant 9) catches the lost
+/// timer too, or liveness does in the run with eviction.
+#[test]
+fn an_evicted_execution_that_forgets_its_timer_is_caught_by_the_comparison() {
+    let bug = orbit_io_sim::Bug::EvictionLosesTimer;
+    caught_as(
+        &format!("{bug:?}"),
+        first_catch_beyond_unplanted(bug, BUDGET_LOST_TIMER),
+        "eviction-invisible",
+        BUDGET_LOST_TIMER,
+        &[Invariant::EvictionInvisible, Invariant::Liveness],
+    );
+}
+
+/// An evicted execution that gives up its `--max-active-executions` slot
+/// lets a waiting execution start early. Every history stays legal and
+/// everything finishes, so only the comparison with the run without
+/// eviction sees it: the run with eviction alone passes on the seed that
+/// caught it.
+#[test]
+fn an_evicted_execution_that_gives_up_its_admission_slot_is_caught_only_by_the_comparison() {
+    use orbit_io_sim::Bug;
+    let bug = Bug::EvictionFreesAdmissionSlot;
+    let scenario = Scenario::EvictionInvisible;
+    let catch = first_catch_beyond_unplanted(bug, BUDGET_ADMISSION_SLOT);
+    let seed = catch.as_ref().map(|(seed, _)| *seed);
+    caught_as(
+        &format!("{bug:?}"),
+        catch,
+        &scenario.to_string(),
+        BUDGET_ADMISSION_SLOT,
+        &[Invariant::EvictionInvisible],
+    );
+    let seed = seed.unwrap();
+    let alone = orbit_io_sim::World::new(
+        orbit_io_sim::SimConfig::sample(seed, scenario),
+        orbit_io_sim::RunOptions {
+            plant: vec![bug],
+            ..orbit_io_sim::RunOptions::default()
+        },
+    )
+    .unwrap()
+    .run();
+    assert_eq!(
+        alone.outcome.exit_code(),
+        0,
+        "seed {seed:#x}: the run with eviction alone was caught too:\n{alone}"
+    );
+}

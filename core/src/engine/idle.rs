@@ -182,6 +182,11 @@ impl Engine {
             }
         }
         self.unindex(exec_id, &e.proj);
+        if self.planted(super::Bug::EvictionFreesAdmissionSlot)
+            && self.admission.active.remove(exec_id).is_some()
+        {
+            self.admission.needed = true;
+        }
         self.loads.forgot(exec_id);
         if let Some(t) = wake.filter(|_| !self.planted(super::Bug::EvictionLosesTimer)) {
             self.idle.dormant.insert((t, exec_id.to_string()));

@@ -36,11 +36,15 @@ pub enum Bug {
     /// written, instead of writing them again (a bug of the node loop's
     /// split, planted through the engine it drives).
     SplitForgetsInnocent,
+    /// An execution evicted for idleness gives up its admission slot
+    /// (`--max-active-executions`): a waiting execution starts in its
+    /// place, earlier than it would have had the evicted one stayed.
+    EvictionFreesAdmissionSlot,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 9] = [
         Bug::UncertainAsFailed,
         Bug::StaleFailureAccepted,
         Bug::DoubleSuccess,
@@ -49,6 +53,7 @@ impl Bug {
         Bug::HandOutToDeadSession,
         Bug::EvictionLosesTimer,
         Bug::SplitForgetsInnocent,
+        Bug::EvictionFreesAdmissionSlot,
     ];
 
     /// Its name on the command line (`orbit-sim --plant NAME`).
@@ -62,6 +67,7 @@ impl Bug {
             Bug::HandOutToDeadSession => "hand-out-to-dead-session",
             Bug::EvictionLosesTimer => "eviction-loses-timer",
             Bug::SplitForgetsInnocent => "split-forgets-innocent",
+            Bug::EvictionFreesAdmissionSlot => "eviction-frees-admission-slot",
         }
     }
 

@@ -42,6 +42,15 @@ pub struct NodeConfig {
     pub reload_backoff_ms: Millis,
     /// The longest delay between two tries of a load.
     pub reload_backoff_max_ms: Millis,
+    /// While a read the engine asked for (an evicted or forgotten
+    /// execution, an Idempotency-Key's record) is outstanding, no group
+    /// commit starts: the batches that follow from its answer join those
+    /// already waiting. Only for a driver that answers such reads at once —
+    /// the simulator's lockstep runs, which compare a run with eviction to
+    /// one without and need both to form the same group commits; against a
+    /// real store it would hold writes up for a read's latency. Off by
+    /// default.
+    pub group_across_reads: bool,
 }
 
 impl Default for NodeConfig {
@@ -51,6 +60,7 @@ impl Default for NodeConfig {
             tick_ms: 100,
             reload_backoff_ms: 50,
             reload_backoff_max_ms: 2_000,
+            group_across_reads: false,
         }
     }
 }
@@ -134,7 +144,9 @@ impl Node {
                 self.time(now);
             }
         }
-        self.start_commit();
+        if !(self.config.group_across_reads && self.loads.fetches_open() > 0) {
+            self.start_commit();
+        }
         self.ask_wake();
         std::mem::take(&mut self.out)
     }

@@ -48,6 +48,15 @@ impl Loads {
         self.open.len()
     }
 
+    /// The engine's reads (fetches) being read or waiting to be tried
+    /// again.
+    pub(super) fn fetches_open(&self) -> usize {
+        self.open
+            .values()
+            .filter(|l| matches!(l.purpose, Purpose::Fetch { .. }))
+            .count()
+    }
+
     /// The earliest retry due.
     pub(super) fn next_retry(&self) -> Option<Millis> {
         self.open.values().filter_map(|l| l.retry_at).min()

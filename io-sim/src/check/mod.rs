@@ -5,6 +5,7 @@
 
 pub mod determinism;
 pub mod durability;
+pub mod invisible;
 pub mod keys;
 pub mod limits;
 pub mod liveness;
@@ -37,6 +38,9 @@ pub enum Invariant {
     Saga,
     /// 8. Liveness: everything finishes once faults stop.
     Liveness,
+    /// 9. Eviction is invisible: evicting idle executions changes no
+    ///    history and no reply (`eviction-invisible` only).
+    EvictionInvisible,
 }
 
 impl Invariant {
@@ -51,6 +55,7 @@ impl Invariant {
             Invariant::StableKeys => 6,
             Invariant::Saga => 7,
             Invariant::Liveness => 8,
+            Invariant::EvictionInvisible => 9,
         }
     }
 
@@ -65,6 +70,7 @@ impl Invariant {
             Invariant::StableKeys => "stable keys",
             Invariant::Saga => "saga correctness",
             Invariant::Liveness => "liveness",
+            Invariant::EvictionInvisible => "eviction is invisible",
         }
     }
 }

@@ -37,7 +37,7 @@ impl World {
             epoch,
             idle_evict_ms: self.cfg.idle_evict_ms,
             max_in_memory: self.cfg.max_in_memory,
-            ..Config::default()
+            finished_cache: self.cfg.finished_cache,
         };
         let mut engine = Engine::new(config, Box::new(ids));
         for bug in &self.plant {
@@ -48,6 +48,7 @@ impl World {
             NodeConfig {
                 commits_in_flight: self.cfg.commits_in_flight,
                 tick_ms: TICK_EVERY_MS,
+                group_across_reads: self.reads_at_once(),
                 ..NodeConfig::default()
             },
         );
@@ -322,16 +323,19 @@ impl World {
                     executions,
                     idempotency,
                 } => {
-                    let latency = self.rng.between(1, 20);
-                    self.at(
-                        latency,
-                        Ev::ReloadDone {
-                            inc,
-                            load: id,
-                            ids: executions,
-                            keys: Some(idempotency),
-                        },
-                    );
+                    let done = Ev::ReloadDone {
+                        inc,
+                        load: id,
+                        ids: executions,
+                        keys: Some(idempotency),
+                    };
+                    if self.reads_at_once() {
+                        // Lockstep: now, before anything else happens.
+                        self.instant.push_back(done);
+                    } else {
+                        let latency = self.rng.between(1, 20);
+                        self.at(latency, done);
+                    }
                 }
                 Io::Reply {
                     request,
@@ -540,8 +544,12 @@ impl World {
             return;
         }
         // A node cut off from the database reads nothing either.
+        // In lockstep, the engine's own reads never fail (only the run
+        // with eviction makes some of them).
+        let at_once = keys.is_some() && self.reads_at_once();
         let failed = self.db_cut(inc)
             || (self.faults_on
+                && !at_once
                 && self
                     .rng
                     .chance(self.cfg.faults.store_commit_fail_probability));
