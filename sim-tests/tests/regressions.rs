@@ -142,22 +142,31 @@ fn a_run_reads_back_only_through_the_node_leading_in_the_lease_term() {
     passes(0x2540c3156, Scenario::ClusterLeader);
 }
 
-/// Finding 3 (open, found by `eviction-invisible`): about one seed in nine
-/// parts. In the six examined (0x2, 0x18, 0x20, 0x36b6, 0x36bc, 0x36c6)
-/// the first difference is a reply the run *with* eviction gives earlier —
-/// a long poll's empty answer, a task hand-out, a start's reply — by 15 to
-/// 450 ms; others part first in a history (not examined yet). The run without eviction is the late one: at seed
+/// Finding 3 (fixed, found by `eviction-invisible`): in the run *without*
+/// eviction a long poll was answered up to a periodic tick late. At seed
 /// 0x18 a poll that arrived at +17172 ms with `wait_ms: 1000` was answered
-/// at +18443 ms, the node having ticked the engine at +18099 and +18435 but
-/// not at the poll's deadline (+18172, when the run with eviction, whose
-/// engine had just read an evicted execution back for a signal, ticked and
-/// answered). A wake-up the engine asked for seems lost until the next
-/// periodic tick; reading an execution back asks for it again. Not fixed
-/// yet; these seeds are skipped by `scenarios.rs` meanwhile.
+/// at +18443 ms: a retry that fell due while its execution's batch was in
+/// flight stayed the engine's earliest deadline, unchanged, so the engine
+/// never asked for the poll's. Reading an evicted execution back happened
+/// to ask again, which is why only the other run was late. The engine now
+/// asks for such an overdue entry a tick later (`engine_findings.rs`).
 #[test]
-#[ignore = "finding 3: a lost wake-up, open"]
-fn finding_3_a_run_with_eviction_answers_earlier_than_one_without() {
-    for seed in [0x18, 0x36b6, 0x36bc, 0x36c6] {
+fn finding_3_an_overdue_entry_no_longer_hides_a_poll_deadline() {
+    for seed in [0x2, 0x18, 0x36b6, 0x36c6] {
         passes(seed, Scenario::EvictionInvisible);
     }
+}
+
+/// Finding 4 (open): the two runs still part on about one seed in thirty,
+/// on *when* an answer comes, never on what it says. At 0x20 a start for
+/// an existing id is answered 15 ms later with eviction; at 0x36bc an
+/// empty long poll 100 ms (one tick) later with eviction. Skipped by
+/// `scenarios.rs` meanwhile.
+#[test]
+#[ignore = "finding 4: answer timing with eviction, open"]
+fn finding_4_a_run_with_eviction_answers_at_the_same_instant() {
+    for seed in [0x20, 0x36bc] {
+        passes(seed, Scenario::EvictionInvisible);
+    }
+}
 }

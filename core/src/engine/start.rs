@@ -202,15 +202,17 @@ impl Engine {
     }
 
     /// True when `start` creates a client-chosen id the engine neither
-    /// holds nor knows to be absent, and would create it whether or not the
-    /// store holds it: no Idempotency-Key, a registered workflow, a valid
-    /// input.
+    /// holds, nor evicted (that one exists: it is read back, as if it had
+    /// stayed), nor knows to be absent, and would create it whether or not
+    /// the store holds it: no Idempotency-Key, a registered workflow, a
+    /// valid input.
     fn creates_unread(&self, start: &Start) -> bool {
         let Some(exec_id) = &start.execution_id else {
             return false;
         };
         start.idempotency.is_none()
             && !self.executions.contains_key(exec_id)
+            && !self.idle.evicted.contains_key(exec_id)
             && !self.loads.known.absent.contains(exec_id)
             && self
                 .lookup_workflow(&start.workflow, start.version.as_deref())
