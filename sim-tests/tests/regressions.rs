@@ -169,4 +169,3 @@ fn finding_4_a_run_with_eviction_answers_at_the_same_instant() {
         passes(seed, Scenario::EvictionInvisible);
     }
 }
-}
