@@ -461,6 +461,8 @@ impl Engine {
             return false;
         };
         let before = self.executions.get(&id).map(|e| e.proj.status);
+        // The copy it replaces leaves no wake-up behind.
+        self.set_wake(&id, None);
         self.executions.insert(
             id.clone(),
             Exec {
@@ -477,6 +479,10 @@ impl Engine {
         self.index(&id, &stored.events);
         self.returned(&id);
         self.watch_idle(&id);
+        // Its next timer is due when it was, whether the reload's own
+        // re-decide comes sooner or later.
+        let wake = self.committed_decision(&id).and_then(|d| d.wake);
+        self.set_wake(&id, wake);
         for (token, reason) in orphans {
             if self.work.tokens.contains_key(&token) {
                 self.work.orphans.insert(token, reason);
