@@ -124,6 +124,13 @@ pub(crate) enum Ev {
     Builtin(BuiltinEv),
     /// Leader mode: lease calls, recoveries, pauses and database cuts.
     Cluster(ClusterEv),
+    /// Lockstep mode: a group commit of nothing but creates of ids the
+    /// store holds, refused at once (see `lockstep`).
+    CreatesRefused {
+        inc: u64,
+        commit: orbit_core::node::CommitId,
+        stale: Vec<String>,
+    },
 }
 
 impl Ev {
@@ -150,6 +157,7 @@ impl Ev {
             Ev::WorkerShutdown { .. } => 19,
             Ev::Builtin(_) => 20,
             Ev::Cluster(_) => 21,
+            Ev::CreatesRefused { .. } => 22,
         }
     }
 }
@@ -476,6 +484,10 @@ impl World {
             Ev::CommitDone { inc, commit } => {
                 self.focus_inc(inc);
                 self.commit_done(inc, commit);
+            }
+            Ev::CreatesRefused { inc, commit, stale } => {
+                self.focus_inc(inc);
+                self.creates_refused(inc, commit, stale);
             }
             Ev::ReloadDone {
                 inc,

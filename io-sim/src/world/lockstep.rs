@@ -11,6 +11,12 @@
 //!   virtual instant, before any other event, with no draw and no fault:
 //!   the extra reads of the run with eviction cost neither time nor
 //!   randomness, and the batches they lead to join the same group commits;
+//! - a group commit made only of creates of ids the store already holds
+//!   (a start for an id the engine forgot is written without reading
+//!   first, and the store's refusal is how the engine learns the id
+//!   exists) is refused in the same way: at once, with no draw. It changes
+//!   nothing in the store; it is a read in the form of a write, and so is
+//!   the reload of those ids that follows;
 //! - evictions forced between steps draw from a stream of their own,
 //!   derived from the seed, so the world's stream is the same in both runs;
 //! - every reply an actor receives is recorded, with its instant, and every
@@ -28,7 +34,9 @@ use crate::report::{Outcome, Report};
 use crate::rng::SimRng;
 use crate::RunOptions;
 use orbit_core::engine::Response;
-use std::collections::BTreeMap;
+use orbit_core::node::{CommitId, GroupCommit, LoadId, NodeInput};
+use orbit_core::store::StorageError;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Salt of the stream forced evictions draw from.
 const EVICT_STREAM: u64 = 0xe71c_7000_0000_0009;
@@ -39,6 +47,10 @@ pub(crate) struct Lockstep {
     evict: Option<SimRng>,
     /// Every reply each actor received, in order.
     replies: BTreeMap<String, Vec<Received>>,
+    /// Ids whose create was refused, until their reload is asked for.
+    refused: BTreeSet<String>,
+    /// Those reloads, until answered.
+    refused_loads: BTreeSet<LoadId>,
 }
 
 impl Lockstep {
@@ -47,6 +59,8 @@ impl Lockstep {
         (cfg.scenario == Scenario::EvictionInvisible).then(|| Lockstep {
             evict: (cfg.evict_now_probability > 0.0).then(|| SimRng::new(cfg.seed ^ EVICT_STREAM)),
             replies: BTreeMap::new(),
+            refused: BTreeSet::new(),
+            refused_loads: BTreeSet::new(),
         })
     }
 }
@@ -55,6 +69,64 @@ impl World {
     /// True in lockstep mode: the engine's reads are answered at once.
     pub(super) fn reads_at_once(&self) -> bool {
         self.lockstep.is_some()
+    }
+
+    /// In lockstep mode, the ids of a group commit that only creates
+    /// executions the store already holds (every one of them refused).
+    pub(super) fn refused_creates(&self, commit: &GroupCommit) -> Option<Vec<String>> {
+        if !self.reads_at_once() {
+            return None;
+        }
+        let appends: Vec<_> = commit.batches.iter().flat_map(|b| &b.executions).collect();
+        let refused = !appends.is_empty()
+            && appends.iter().all(|a| {
+                a.expected_last_seq == 0 && !self.store.events(&a.execution_id).is_empty()
+            });
+        refused.then(|| appends.iter().map(|a| a.execution_id.clone()).collect())
+    }
+
+    /// The store's answer to a group commit [`World::refused_creates`]
+    /// named.
+    pub(super) fn creates_refused(&mut self, inc: u64, commit: CommitId, stale: Vec<String>) {
+        if self.server().is_none_or(|s| s.inc != inc) {
+            return;
+        }
+        if self.trace {
+            println!("          commit {commit} {stale:?} -> refused: the ids exist");
+        }
+        if let Some(l) = self.lockstep.as_mut() {
+            l.refused.extend(stale.iter().cloned());
+        }
+        self.feed(NodeInput::Committed {
+            commit,
+            result: Err(StorageError::Conflict {
+                fenced: Vec::new(),
+                stale,
+            }),
+        });
+    }
+
+    /// True for reload `load` of `ids` when it follows
+    /// [`World::creates_refused`]: it is answered at once too.
+    pub(super) fn reload_of_refused(&mut self, load: LoadId, ids: &[String]) -> bool {
+        let Some(l) = self.lockstep.as_mut() else {
+            return false;
+        };
+        if ids.is_empty() || !ids.iter().all(|id| l.refused.contains(id)) {
+            return false;
+        }
+        for id in ids {
+            l.refused.remove(id);
+        }
+        l.refused_loads.insert(load);
+        true
+    }
+
+    /// True, once, for a reload [`World::reload_of_refused`] took.
+    pub(super) fn answers_refused_load(&mut self, load: LoadId) -> bool {
+        self.lockstep
+            .as_mut()
+            .is_some_and(|l| l.refused_loads.remove(&load))
     }
 
     /// Before a step, sometimes: the server evicts every execution that

@@ -291,6 +291,12 @@ impl World {
         for io in ios {
             match io {
                 Io::Commit(commit) => {
+                    if let Some(stale) = self.refused_creates(&commit) {
+                        let commit = commit.id;
+                        self.instant
+                            .push_back(Ev::CreatesRefused { inc, commit, stale });
+                        continue;
+                    }
                     let latency = if self.faults_on
                         && self.rng.chance(self.cfg.faults.store_slow_probability)
                     {
@@ -307,16 +313,19 @@ impl World {
                     if self.bugs.drop_reloads {
                         continue;
                     }
-                    let latency = self.rng.between(1, 20);
-                    self.at(
-                        latency,
-                        Ev::ReloadDone {
-                            inc,
-                            load: id,
-                            ids: executions,
-                            keys: None,
-                        },
-                    );
+                    let at_once = self.reload_of_refused(id, &executions);
+                    let done = Ev::ReloadDone {
+                        inc,
+                        load: id,
+                        ids: executions,
+                        keys: None,
+                    };
+                    if at_once {
+                        self.instant.push_back(done);
+                    } else {
+                        let latency = self.rng.between(1, 20);
+                        self.at(latency, done);
+                    }
                 }
                 Io::Fetch {
                     id,
@@ -546,7 +555,7 @@ impl World {
         // A node cut off from the database reads nothing either.
         // In lockstep, the engine's own reads never fail (only the run
         // with eviction makes some of them).
-        let at_once = keys.is_some() && self.reads_at_once();
+        let at_once = (keys.is_some() && self.reads_at_once()) || self.answers_refused_load(load);
         let failed = self.db_cut(inc)
             || (self.faults_on
                 && !at_once
