@@ -60,7 +60,8 @@ pub const TICK_MS: Millis = 100;
 /// randomness. A driver (tokio in production, the seeded world in
 /// simulation) owns it and loops:
 ///
-/// 1. Feed one [`Input`] with the current time: `engine.handle(now, input)`.
+/// 1. Feed one [`Input`] with the current time: `engine.handle(now, input)`
+///    (the results of one group commit together: `engine.handle_all`).
 ///    Inputs are requests ([`Input::Request`]), storage results
 ///    ([`Input::Stored`], [`Input::Reloaded`]), startup state
 ///    ([`Input::Recover`], once, first) and the passing of time
@@ -166,7 +167,34 @@ impl Engine {
     /// than one seen before is treated as the latest seen: time never goes
     /// back inside the engine) and returns the effects to execute.
     pub fn handle(&mut self, now: Millis, input: Input) -> Vec<Effect> {
+        self.handle_all(now, [input])
+    }
+
+    /// Handles several inputs that arrived together (the results of the
+    /// batches of one group commit), then does the follow-up work once:
+    /// an execution that depends on several of them (a parent whose
+    /// children ended in the same commit) is decided once, on all of them,
+    /// as it is when it comes back from the store after them.
+    pub fn handle_all(
+        &mut self,
+        now: Millis,
+        inputs: impl IntoIterator<Item = Input>,
+    ) -> Vec<Effect> {
         self.now = self.now.max(now);
+        for input in inputs {
+            self.apply(input);
+        }
+        self.after_input();
+        self.trim_finished();
+        let wake = self.next_wake();
+        if wake.is_some() && wake != self.last_wake {
+            self.out.push(Effect::WakeAt(wake.unwrap_or_default()));
+        }
+        self.last_wake = wake;
+        std::mem::take(&mut self.out)
+    }
+
+    fn apply(&mut self, input: Input) {
         match input {
             Input::Tick => self.tick(),
             Input::Request { id, request } => self.request(id, request),
@@ -188,14 +216,6 @@ impl Engine {
                 self.work.waits.remove(&id);
             }
         }
-        self.after_input();
-        self.trim_finished();
-        let wake = self.next_wake();
-        if wake.is_some() && wake != self.last_wake {
-            self.out.push(Effect::WakeAt(wake.unwrap_or_default()));
-        }
-        self.last_wake = wake;
-        std::mem::take(&mut self.out)
     }
 
     /// The committed projection of an execution (for tests and reads).

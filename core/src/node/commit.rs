@@ -71,9 +71,11 @@ impl Node {
                 self.split(&commit, fenced, stale)
             }
         };
-        for (batch, result) in results {
-            self.engine_input(now, Input::Stored { batch, result });
-        }
+        let stored = results
+            .into_iter()
+            .map(|(batch, result)| Input::Stored { batch, result });
+        let effects = self.engine.handle_all(now, stored);
+        self.route(effects);
     }
 
     /// The batches a `Conflict` names fail with it; the others go back, in
