@@ -395,7 +395,10 @@ impl World {
         while self.violation.is_none() {
             let next = match self.instant.pop_front() {
                 Some(ev) => Some(((self.now, 0), ev)),
-                None => self.queue.pop_first(),
+                None => {
+                    self.flush_wake();
+                    self.queue.pop_first()
+                }
             };
             let Some(((t, _), ev)) = next else {
                 break;

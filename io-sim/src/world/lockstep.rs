@@ -17,6 +17,9 @@
 //!   exists) is refused in the same way: at once, with no draw. It changes
 //!   nothing in the store; it is a read in the form of a write, and so is
 //!   the reload of those ids that follows;
+//! - the node's `WakeAt` is arranged once the instant's reads are
+//!   answered, so that its `Tick` comes after the commits those reads led
+//!   to, as it comes after the same commits in the run that did not read;
 //! - evictions forced between steps draw from a stream of their own,
 //!   derived from the seed, so the world's stream is the same in both runs;
 //! - every reply an actor receives is recorded, with its instant, and every
@@ -33,6 +36,7 @@ use crate::config::{Scenario, SimConfig};
 use crate::report::{Outcome, Report};
 use crate::rng::SimRng;
 use crate::RunOptions;
+use orbit_core::history::Millis;
 use orbit_core::engine::Response;
 use orbit_core::node::{CommitId, GroupCommit, LoadId, NodeInput};
 use orbit_core::store::StorageError;
@@ -51,6 +55,9 @@ pub(crate) struct Lockstep {
     refused: BTreeSet<String>,
     /// Those reloads, until answered.
     refused_loads: BTreeSet<LoadId>,
+    /// The latest `WakeAt` (incarnation, time) of this instant, arranged
+    /// once its reads are answered.
+    wake: Option<(u64, Millis)>,
 }
 
 impl Lockstep {
@@ -61,6 +68,7 @@ impl Lockstep {
             replies: BTreeMap::new(),
             refused: BTreeSet::new(),
             refused_loads: BTreeSet::new(),
+            wake: None,
         })
     }
 }
@@ -127,6 +135,23 @@ impl World {
         self.lockstep
             .as_mut()
             .is_some_and(|l| l.refused_loads.remove(&load))
+    }
+
+    /// In lockstep mode, keeps a node's `WakeAt` for [`World::flush_wake`].
+    pub(super) fn defer_wake(&mut self, inc: u64, t: Millis) -> bool {
+        let Some(l) = self.lockstep.as_mut() else {
+            return false;
+        };
+        l.wake = Some((inc, t));
+        true
+    }
+
+    /// Arranges the `WakeAt` kept this instant (the instant's events are
+    /// all handled).
+    pub(crate) fn flush_wake(&mut self) {
+        if let Some((inc, t)) = self.lockstep.as_mut().and_then(|l| l.wake.take()) {
+            self.wake_at(inc, t);
+        }
     }
 
     /// Before a step, sometimes: the server evicts every execution that

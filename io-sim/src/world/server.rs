@@ -366,17 +366,25 @@ impl World {
                     self.send_to_actor(actor, req, response);
                 }
                 Io::WakeAt(t) => {
-                    let delay = t.saturating_sub(self.server_now());
-                    let Some(s) = self.server_mut() else {
+                    if self.defer_wake(inc, t) {
                         continue;
-                    };
-                    s.wake_gen += 1;
-                    let wake = s.wake_gen;
-                    self.at(delay, Ev::Tick { inc, wake });
+                    }
+                    self.wake_at(inc, t);
                 }
                 Io::Committed { .. } => {}
             }
         }
+    }
+
+    /// Arranges the `Tick` a node asked for at `t` (its clock).
+    pub(super) fn wake_at(&mut self, inc: u64, t: Millis) {
+        let delay = t.saturating_sub(self.server_now());
+        let Some(s) = self.server_mut().filter(|s| s.inc == inc) else {
+            return;
+        };
+        s.wake_gen += 1;
+        let wake = s.wake_gen;
+        self.at(delay, Ev::Tick { inc, wake });
     }
 
     /// The time a node asked for came (only its latest `WakeAt` counts).
