@@ -20,6 +20,7 @@
 //! reads the parent back the moment one of them ends, so the parent records
 //! the outcome from memory as if it had stayed.
 
+use super::load::LoadId;
 use super::{Engine, TICK_MS};
 use crate::history::{DispatchState, Millis, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -194,8 +195,9 @@ impl Engine {
         self.idle.evicted.insert(exec_id.to_string(), wake);
     }
 
-    /// Loads back the evicted executions whose wake-up is due.
-    pub(super) fn wake_dormant(&mut self) {
+    /// Loads back the evicted executions whose wake-up is due: the load,
+    /// and the wake-ups it is for.
+    pub(super) fn wake_dormant(&mut self) -> Option<(LoadId, Vec<(Millis, String)>)> {
         let now = self.now;
         let mut due = Vec::new();
         while let Some((at, id)) = self.idle.dormant.first().cloned() {
@@ -204,11 +206,13 @@ impl Engine {
             }
             self.idle.dormant.pop_first();
             self.idle.evicted.insert(id.clone(), None);
-            due.push(id);
+            due.push((at, id));
         }
-        if !due.is_empty() {
-            self.ask_load(due, Vec::new(), None);
+        if due.is_empty() {
+            return None;
         }
+        let ids = due.iter().map(|(_, id)| id.clone()).collect();
+        Some((self.ask_load(ids, Vec::new(), None), due))
     }
 
     /// `exec_id` is in memory again: forget what eviction kept of it.

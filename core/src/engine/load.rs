@@ -127,7 +127,7 @@ impl Engine {
         executions: Vec<String>,
         idempotency: Vec<String>,
         request: Option<(RequestId, Request)>,
-    ) {
+    ) -> LoadId {
         self.loads.next += 1;
         let load = self.loads.next;
         self.loads.outstanding.insert(
@@ -142,6 +142,7 @@ impl Engine {
             executions,
             idempotency,
         });
+        load
     }
 
     /// A load's answer: install what the store holds, then run its request
@@ -209,6 +210,7 @@ impl Engine {
             known.keys.insert(key, record);
         }
         self.loads.prune();
+        self.tick_read_done(load);
         if let Some((id, request)) = done.request {
             self.loads.known = known;
             self.request(id, request);
@@ -221,12 +223,25 @@ impl Engine {
     /// of hanging until the store is back. The load stays outstanding; when
     /// the driver's retry lands it only warms memory.
     pub(super) fn load_failed(&mut self, load: LoadId, message: &str) {
+        self.tick_read_done(load);
         let Some(o) = self.loads.outstanding.get_mut(&load) else {
             return;
         };
         if let Some((id, _)) = o.request.take() {
             let response = Response::error(503, "STORAGE_ERROR", message);
             self.reply(id, response);
+        }
+    }
+
+    /// `load` was a tick's read of evicted executions: the tick's due
+    /// work is decided now (with those read back, or, when the read
+    /// failed, without them: they are decided when the driver's retry of
+    /// the read brings them back).
+    fn tick_read_done(&mut self, load: LoadId) {
+        if self.tick_read.as_ref().is_some_and(|(l, _)| *l == load) {
+            if let Some((_, returned)) = self.tick_read.take() {
+                self.decide_due(&returned);
+            }
         }
     }
 

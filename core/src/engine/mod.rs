@@ -115,6 +115,9 @@ pub struct Engine {
     ticked_at: Millis,
     /// Executions to look at again at the next tick.
     soon: BTreeSet<String>,
+    /// A tick's read of evicted executions whose wake-up came, and the
+    /// wake-ups: the tick decides what is due once they are back.
+    tick_read: Option<(load::LoadId, Vec<(Millis, String)>)>,
     /// Until then, hand-outs recovered from the store wait for their
     /// workers to report before they are redelivered.
     recovery_until: Option<Millis>,
@@ -150,6 +153,7 @@ impl Engine {
             wakes: BTreeSet::new(),
             ticked_at: 0,
             soon: BTreeSet::new(),
+            tick_read: None,
             recovery_until: None,
             finished: VecDeque::new(),
             loads: Loads::default(),

@@ -177,7 +177,8 @@ impl Engine {
             }
             None if !self.loads.known.absent.contains(exec_id) => {
                 let executions = vec![exec_id.to_string()];
-                return self.ask_load(executions, Vec::new(), Some((id, request)));
+                self.ask_load(executions, Vec::new(), Some((id, request)));
+                return;
             }
             None => Response::error(
                 404,

@@ -73,24 +73,40 @@ impl Engine {
             }
         }
         self.process_orphans();
-        let mut due: Vec<String> = self
+        // Evicted executions due now are read back first, and what is due
+        // is decided once they are in memory: in the order it would have
+        // been had they never left.
+        match self.wake_dormant() {
+            Some(read) => self.tick_read = Some(read),
+            None => self.decide_due(&[]),
+        }
+        self.evict_idle();
+        self.settle_deploy();
+    }
+
+    /// Decides the executions whose wake-up has come, with `returned`
+    /// (read back for it, with their wake-ups) among them in time order,
+    /// then those asked to look again.
+    pub(super) fn decide_due(&mut self, returned: &[(Millis, String)]) {
+        let now = self.now;
+        let mut due: Vec<(Millis, String)> = self
             .wakes
             .iter()
             .take_while(|(t, _)| *t <= now)
-            .map(|(_, id)| id.clone())
+            .cloned()
             .collect();
-        for id in &due {
+        for (_, id) in &due {
             if !self.executions.contains_key(id) {
                 self.wakes.retain(|(_, x)| x != id);
             }
         }
-        due.extend(std::mem::take(&mut self.soon));
-        for id in due {
+        due.extend(returned.iter().cloned());
+        due.sort();
+        due.dedup_by(|a, b| a.1 == b.1);
+        let soon = std::mem::take(&mut self.soon);
+        for id in due.into_iter().map(|(_, id)| id).chain(soon) {
             self.refresh(&id);
         }
-        self.evict_idle();
-        self.wake_dormant();
-        self.settle_deploy();
     }
 
     /// True when `exec_id` had orphaned dispatches (now in a batch).
