@@ -162,7 +162,7 @@ impl Engine {
             && e.wake.is_none_or(|w| w > self.now + after)
             && p.units.values().all(settled)
             && !self.dirty.contains(exec_id)
-            && !self.soon.contains(exec_id)
+            && !self.soon.contains_key(exec_id)
             && !self.work.waits.values().any(|w| w.execution_id == exec_id)
     }
 

@@ -113,8 +113,10 @@ pub struct Engine {
     /// When the last tick ran: the entries of `wakes` due by then were
     /// looked at.
     ticked_at: Millis,
-    /// Executions to look at again at the next tick.
-    soon: BTreeSet<String>,
+    /// Executions to look at again a tick after they asked, with when:
+    /// inputs that come meanwhile do not put it off, and a tick that comes
+    /// sooner for something else leaves it alone.
+    soon: BTreeMap<String, Millis>,
     /// A tick's read of evicted executions whose wake-up came, and the
     /// wake-ups: the tick decides what is due once they are back.
     tick_read: Option<(load::LoadId, Vec<(Millis, String)>)>,
@@ -152,7 +154,7 @@ impl Engine {
             dirty: BTreeSet::new(),
             wakes: BTreeSet::new(),
             ticked_at: 0,
-            soon: BTreeSet::new(),
+            soon: BTreeMap::new(),
             tick_read: None,
             recovery_until: None,
             finished: VecDeque::new(),
@@ -307,6 +309,7 @@ impl Engine {
 
     /// Asks for another decider pass on `exec_id` one tick from now.
     fn retry_soon(&mut self, exec_id: &str) {
-        self.soon.insert(exec_id.to_string());
+        let at = self.now + TICK_MS;
+        self.soon.entry(exec_id.to_string()).or_insert(at);
     }
 }

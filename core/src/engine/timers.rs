@@ -5,6 +5,7 @@ use super::decide::{self, attempt_failed, call_for, Context};
 use super::txn::{child_view, Txn};
 use super::{Bug, Engine, TICK_MS};
 use crate::history::{ErrorInfo, EventKind, Millis};
+use std::collections::BTreeMap;
 
 impl Engine {
     pub(super) fn tick(&mut self) {
@@ -103,8 +104,11 @@ impl Engine {
         due.extend(returned.iter().cloned());
         due.sort();
         due.dedup_by(|a, b| a.1 == b.1);
-        let soon = std::mem::take(&mut self.soon);
-        for id in due.into_iter().map(|(_, id)| id).chain(soon) {
+        let (soon, later): (BTreeMap<_, _>, BTreeMap<_, _>) = std::mem::take(&mut self.soon)
+            .into_iter()
+            .partition(|(_, at)| *at <= now);
+        self.soon = later;
+        for id in due.into_iter().map(|(_, id)| id).chain(soon.into_keys()) {
             self.refresh(&id);
         }
     }
@@ -290,10 +294,9 @@ impl Engine {
             self.work.unconfirmed.first().map(|(t, _)| t + timeout),
             self.recovery_until,
             self.next_idle_wake(),
-            (!self.soon.is_empty()
-                || !self.work.orphans.is_empty()
-                || self.registry.unsettled.is_some())
-            .then_some(self.now + TICK_MS),
+            self.soon.values().min().copied(),
+            (!self.work.orphans.is_empty() || self.registry.unsettled.is_some())
+                .then_some(self.now + TICK_MS),
         ]
         .into_iter()
         .flatten()
