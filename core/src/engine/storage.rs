@@ -224,6 +224,7 @@ impl Engine {
             };
             let before = e.proj.status;
             let was_new = e.proj.last_seq == 0;
+            let changed = was_new || d.proj.status != before;
             e.proj = d.proj;
             e.def = d.def;
             e.busy = None;
@@ -235,7 +236,12 @@ impl Engine {
                     recorded.push(child_id.clone());
                 }
             }
-            self.status_changed(&exec_id, was_new, before);
+            // The active and pending sets follow the status: an
+            // execution whose status this batch left as it was keeps its
+            // place in them (its first commit and every reload set it).
+            if changed {
+                self.status_changed(&exec_id, was_new, before);
+            }
             // A pending execution that was busy may be next in line.
             self.admission.needed |=
                 !self.admission.pending.is_empty() && !was_new && before == Status::Pending;
