@@ -168,7 +168,7 @@ fn a_start_with_the_id_of_a_forgotten_execution_is_answered_from_the_store() {
     let stored = w.store.histories["f-4"].clone();
     let r = w.start("Plain", "f-4", json!({"n": 9}));
     assert_eq!(
-        (r.status, r.body),
+        (r.status, r.body.into_json()),
         (200, json!({"execution_id": "f-4", "created": false}))
     );
     let r = w.start("Other", "f-4", json!({"n": 9}));
@@ -179,7 +179,7 @@ fn a_start_with_the_id_of_a_forgotten_execution_is_answered_from_the_store() {
     assert_eq!((r.status, r.error_code()), (409, Some("EXECUTION_EXISTS")));
     let r = w.start("Plain", "f-4", json!({"n": "nine"}));
     assert_eq!(
-        (r.status, r.body),
+        (r.status, r.body.into_json()),
         (200, json!({"execution_id": "f-4", "created": false}))
     );
     assert_eq!(w.store.histories["f-4"], stored, "nothing written");
@@ -193,7 +193,7 @@ fn a_start_with_a_new_id_reads_nothing() {
     let loads = w.loads;
     let r = w.start("Plain", "new-1", json!({"n": 1}));
     assert_eq!(
-        (r.status, r.body),
+        (r.status, r.body.into_json()),
         (201, json!({"execution_id": "new-1", "created": true}))
     );
     assert_eq!(w.loads, loads, "no load");

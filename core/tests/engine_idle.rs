@@ -144,11 +144,11 @@ fn a_signal_brings_an_evicted_execution_back() {
     same_either_way(&["g-1"], |w| {
         w.start("Gate", "g-1", json!({"n": 1}));
         w.at(120_000);
-        let mut replies = vec![w.call(signal("g-1")).body];
+        let mut replies = vec![w.call(signal("g-1")).body.into_json()];
         let s = w.register("w-1", &["demo.*"]);
         let t = w.take(&s);
         replies.push(w.succeed(&t.token, json!({"n": 2})));
-        replies.push(w.call(signal("g-1")).body);
+        replies.push(w.call(signal("g-1")).body.into_json());
         replies
     });
 }
@@ -163,9 +163,9 @@ fn a_late_success_of_a_failed_attempt_finds_its_evicted_execution() {
         // The retry is ten minutes away: evicted meanwhile.
         w.at(120_000);
         replies.push(json!(w.heartbeat(&s, &[&first.token])));
-        replies.push(w.call(late_success(&first.token)).body);
-        replies.push(w.call(late_success(&first.token)).body);
-        replies.push(w.call(late_success("no-such-token")).body);
+        replies.push(w.call(late_success(&first.token)).body.into_json());
+        replies.push(w.call(late_success(&first.token)).body.into_json());
+        replies.push(w.call(late_success("no-such-token")).body.into_json());
         replies
     });
     assert_eq!(w.status("f-1"), "completed");
@@ -302,17 +302,18 @@ fn run(
         match a {
             Action::Start(wf, i) => {
                 let workflow = ["Nap", "Gate", "Flaky", "Parent"][usize::from(*wf)];
-                replies.push(w.start(workflow, &id(*i), json!({"n": 1})).body);
+                replies.push(w.start(workflow, &id(*i), json!({"n": 1})).body.into_json());
             }
             Action::Advance(ms) => w.advance(*ms),
-            Action::Signal(i) => replies.push(w.call(signal(&id(*i))).body),
+            Action::Signal(i) => replies.push(w.call(signal(&id(*i))).body.into_json()),
             Action::Cancel(i) => replies.push(
                 w.call(Request::Cancel {
                     execution_id: id(*i),
                     reason: None,
                     idempotency: None,
                 })
-                .body,
+                .body
+                .into_json(),
             ),
             Action::Take => {
                 let tasks = w.poll(&session, 2);
@@ -338,7 +339,8 @@ fn run(
                         }),
                         patterns: None,
                     })
-                    .body,
+                    .body
+                    .into_json(),
                 );
             }
             Action::Heartbeat => {

@@ -79,7 +79,7 @@ fn start_validation_and_existing_ids() {
     );
     let again = w.call(start("Plain", Some("1.0.0"), Some("x"), json!({"n": 99})));
     assert_eq!(
-        (again.status, again.body.clone()),
+        (again.status, again.body.clone().into_json()),
         (200, json!({"execution_id": "x", "created": false}))
     );
     let r = w.call(start("Capped", None, Some("x"), json!({"n": 1})));

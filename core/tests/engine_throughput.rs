@@ -10,9 +10,9 @@
 // A measurement reads the wall clock; the engine under test never does.
 #![allow(clippy::disallowed_methods)]
 
-use orbit_core::engine::{CountingIds, DefinitionRecord, Outcome, RequestId, Start};
+use orbit_core::engine::{Body, CountingIds, DefinitionRecord, Outcome, RequestId, Start};
 use orbit_core::{compile, Config, Effect, Engine, Input, Request, Source, StorageResult};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Instant;
 
 /// The allocator the `orbit` binary ships with: the engine's cost is
@@ -40,7 +40,7 @@ struct Rig {
     engine: Engine,
     now: u64,
     next_request: RequestId,
-    replies: Vec<(RequestId, Value)>,
+    replies: Vec<(RequestId, Body)>,
     appended: Vec<u64>,
     commits: usize,
 }
@@ -182,14 +182,16 @@ fn run(executions: usize, concurrency: usize) -> usize {
         for (request, body) in std::mem::take(&mut rig.replies) {
             if Some(request) == poll {
                 poll = None;
-                for task in body["tasks"].as_array().cloned().unwrap_or_default() {
-                    let n = task["input"]["n"].as_i64().unwrap();
+                // A hand-out stays typed until the HTTP edge serializes it:
+                // read it the way a worker reads the tasks it was given.
+                for task in body.as_tasks().unwrap_or_default() {
+                    let n = task.input["n"].as_i64().unwrap();
                     rig.send(Request::Result {
-                        token: task["token"].as_str().unwrap().into(),
+                        token: task.token.clone(),
                         outcome: Outcome::Output(json!({"n": n + 1})),
                         patterns: None,
                     });
-                    if task["step_id"] == "s3" {
+                    if task.step_id == "s3" {
                         completed += 1;
                         if started < executions {
                             start(&mut rig, started);

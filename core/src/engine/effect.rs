@@ -56,7 +56,7 @@ pub struct Response {
     /// HTTP status code.
     pub status: u16,
     /// JSON body.
-    pub body: serde_json::Value,
+    pub body: Body,
     /// True when this is a stored answer replayed for an idempotency key
     /// (header `Idempotent-Replayed: true`).
     pub replayed: bool,
@@ -67,7 +67,17 @@ impl Response {
     pub fn ok(status: u16, body: serde_json::Value) -> Response {
         Response {
             status,
-            body,
+            body: Body::from(body),
+            replayed: false,
+        }
+    }
+
+    /// The `200` answer of a poll handing out `tasks`: `{"tasks": [...]}`,
+    /// kept typed until the edge serializes it.
+    pub fn tasks(tasks: Vec<Task>) -> Response {
+        Response {
+            status: 200,
+            body: Body::tasks(tasks),
             replayed: false,
         }
     }
@@ -76,7 +86,9 @@ impl Response {
     pub fn error(status: u16, code: &str, message: impl Into<String>) -> Response {
         Response {
             status,
-            body: serde_json::json!({"error": {"code": code, "message": message.into()}}),
+            body: Body::from(
+                serde_json::json!({"error": {"code": code, "message": message.into()}}),
+            ),
             replayed: false,
         }
     }
@@ -84,6 +96,134 @@ impl Response {
     /// The error code of an error answer.
     pub fn error_code(&self) -> Option<&str> {
         self.body.get("error")?.get("code")?.as_str()
+    }
+}
+
+/// A reply's JSON body. Most answers are JSON trees; a poll's hand-out
+/// stays a list of typed [`Task`]s, serialized once, where the answer leaves
+/// the process ([`Serialize`] writes the same JSON the tree would hold).
+///
+/// It reads as a [`serde_json::Value`] (`Deref`): for a hand-out the tree is
+/// built on the first look, and a mutable look turns the body into that
+/// tree for good.
+#[derive(Clone, Default)]
+pub struct Body {
+    /// The tree (`Null` while `tasks` holds the body).
+    json: serde_json::Value,
+    /// A poll's hand-out, untouched since the engine made it.
+    tasks: Option<Vec<Task>>,
+    /// The tree of `tasks`, once looked at.
+    built: std::sync::OnceLock<serde_json::Value>,
+}
+
+impl Body {
+    /// The body `{"tasks": [...]}` of a poll handing out `tasks`.
+    pub fn tasks(tasks: Vec<Task>) -> Body {
+        Body {
+            json: serde_json::Value::Null,
+            tasks: Some(tasks),
+            built: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The tasks of a poll's hand-out made with [`Body::tasks`] (`None` for
+    /// any other body, or once it was changed as JSON).
+    pub fn as_tasks(&self) -> Option<&[Task]> {
+        self.tasks.as_deref()
+    }
+
+    /// The body as a JSON tree.
+    pub fn into_json(self) -> serde_json::Value {
+        match self.tasks {
+            Some(tasks) => self
+                .built
+                .into_inner()
+                .unwrap_or_else(|| Task::poll_body(tasks)),
+            None => self.json,
+        }
+    }
+}
+
+impl From<serde_json::Value> for Body {
+    fn from(json: serde_json::Value) -> Body {
+        Body {
+            json,
+            tasks: None,
+            built: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = serde_json::Value;
+
+    fn deref(&self) -> &serde_json::Value {
+        match &self.tasks {
+            Some(tasks) => self.built.get_or_init(|| Task::poll_body(tasks.clone())),
+            None => &self.json,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Body {
+    fn deref_mut(&mut self) -> &mut serde_json::Value {
+        if let Some(tasks) = self.tasks.take() {
+            self.json = self.built.take().unwrap_or_else(|| Task::poll_body(tasks));
+        }
+        &mut self.json
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Body) -> bool {
+        match (&self.tasks, &other.tasks) {
+            (Some(a), Some(b)) => a == b,
+            _ => **self == **other,
+        }
+    }
+}
+
+impl PartialEq<serde_json::Value> for Body {
+    fn eq(&self, other: &serde_json::Value) -> bool {
+        **self == *other
+    }
+}
+
+impl PartialEq<Body> for serde_json::Value {
+    fn eq(&self, other: &Body) -> bool {
+        *self == **other
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl std::fmt::Display for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&**self, f)
+    }
+}
+
+impl Serialize for Body {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// `{"tasks": [...]}` straight from the typed tasks.
+        #[derive(Serialize)]
+        struct Tasks<'a> {
+            tasks: &'a [Task],
+        }
+        match &self.tasks {
+            Some(tasks) => Tasks { tasks }.serialize(serializer),
+            None => self.json.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Body {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Body, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(Body::from)
     }
 }
 
@@ -150,7 +290,7 @@ impl Task {
 
 #[cfg(test)]
 mod tests {
-    use super::Task;
+    use super::{Body, Task};
     use serde_json::json;
 
     #[test]
@@ -172,5 +312,39 @@ mod tests {
         let tasks = vec![task(1), task(2)];
         assert_eq!(Task::poll_body(tasks.clone()), json!({ "tasks": tasks }));
         assert_eq!(Task::poll_body(Vec::new()), json!({"tasks": []}));
+    }
+
+    #[test]
+    fn a_typed_hand_out_reads_and_serializes_as_its_json() {
+        let task = Task {
+            token: "t1".into(),
+            execution_id: "e".into(),
+            workflow: "W".into(),
+            workflow_version: "1.0.0".into(),
+            step_id: "s".into(),
+            task_name: "x.y".into(),
+            contract_version: "2.0.0".into(),
+            input: json!({"n": 1}),
+            idempotency_key: "e/s".into(),
+            attempt: 1,
+            redelivery: false,
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+        };
+        let tree = json!({ "tasks": [task.clone()] });
+        let body = Body::tasks(vec![task]);
+        assert_eq!(body, tree);
+        assert_eq!(body.to_string(), tree.to_string());
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let parsed: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(parsed, tree);
+        assert_eq!(body.clone().into_json(), tree);
+        let mut changed = body;
+        changed["extra"] = json!(true);
+        assert!(changed.as_tasks().is_none());
+        assert_eq!(changed["tasks"], tree["tasks"]);
+        assert_eq!(
+            serde_json::to_value(&changed).unwrap_or_default()["extra"],
+            json!(true)
+        );
     }
 }

@@ -52,7 +52,7 @@ impl Engine {
                 let response = if rec.fingerprint == scope.fingerprint {
                     Response {
                         status: rec.status,
-                        body: rec.body.clone(),
+                        body: rec.body.clone().into(),
                         replayed: true,
                     }
                 } else {
@@ -84,7 +84,7 @@ impl Engine {
             key: scope.key.clone(),
             fingerprint: scope.fingerprint.clone(),
             status: response.status,
-            body: response.body.clone(),
+            body: (*response.body).clone(),
             expires_at: self.now + self.config.idempotency_ttl_ms,
         });
     }

@@ -160,7 +160,7 @@ impl Engine {
             && !e.blocked()
             && e.waiting.is_empty()
             && e.wake.is_none_or(|w| w > self.now + after)
-            && p.units.values().all(settled)
+            && p.units.values().all(|u| settled(u))
             && !self.dirty.contains(exec_id)
             && !self.soon.contains_key(exec_id)
             && !self.work.waits.values().any(|w| w.execution_id == exec_id)

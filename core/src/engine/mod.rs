@@ -36,7 +36,7 @@ pub use batch::{
     StoredExecution, Summary,
 };
 pub use config::{Config, FINISHED_CACHE, IDLE_EVICT_MS, MAX_IN_MEMORY};
-pub use effect::{Effect, Response, Task};
+pub use effect::{Body, Effect, Response, Task};
 pub use ids::{CountingIds, IdSource};
 pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId, Start};
 pub use load::LoadId;

@@ -6,7 +6,7 @@ use super::batch::{BatchId, StorageResult, StoredExecution};
 use super::effect::{Effect, Response};
 use super::input::{Request, RequestId};
 use super::state::{Exec, Queued, TokenRef};
-use super::txn::Txn;
+use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
 use crate::history::{Event, EventKind, Projection, Status, UnitState};
 use std::collections::BTreeSet;
@@ -213,6 +213,8 @@ impl Engine {
 
     fn commit(&mut self, txn: Txn) {
         let mut touched = Vec::new();
+        // What the decider last said about each touched draft.
+        let mut settled = Vec::new();
         // Finished children whose parent just recorded their outcome.
         let mut recorded = Vec::new();
         for (exec_id, d) in txn.drafts {
@@ -224,6 +226,8 @@ impl Engine {
             };
             let before = e.proj.status;
             let was_new = e.proj.last_seq == 0;
+            let changed = was_new || d.proj.status != before;
+            settled.push(d.settled);
             e.proj = d.proj;
             e.def = d.def;
             e.busy = None;
@@ -235,7 +239,12 @@ impl Engine {
                     recorded.push(child_id.clone());
                 }
             }
-            self.status_changed(&exec_id, was_new, before);
+            // The active and pending sets follow the status: an
+            // execution whose status this batch left as it was keeps its
+            // place in them (its first commit and every reload set it).
+            if changed {
+                self.status_changed(&exec_id, was_new, before);
+            }
             // A pending execution that was busy may be next in line.
             self.admission.needed |=
                 !self.admission.pending.is_empty() && !was_new && before == Status::Pending;
@@ -266,9 +275,9 @@ impl Engine {
                 response: r.response,
             });
         }
-        for id in &touched {
+        for (id, settled) in touched.iter().zip(settled) {
             self.watch_idle(id);
-            self.refresh(id);
+            self.refresh_settled(id, settled);
         }
         for id in touched.iter().chain(&recorded) {
             self.retire(id);
@@ -278,6 +287,13 @@ impl Engine {
     /// Re-decides an execution after its batch: waiting requests first, then
     /// orphaned dispatches, then whatever the decider finds due.
     pub(super) fn refresh(&mut self, exec_id: &str) {
+        self.refresh_settled(exec_id, None);
+    }
+
+    /// [`Engine::refresh`] right after a commit: `settled`, the decider's
+    /// last answer on the committed draft, stands for the decider's answer
+    /// while it holds ([`Settled::decision`]).
+    fn refresh_settled(&mut self, exec_id: &str, settled: Option<Settled>) {
         self.drain_waiting(exec_id);
         let Some(e) = self.executions.get(exec_id) else {
             return;
@@ -294,7 +310,16 @@ impl Engine {
         if self.orphans_of(exec_id) {
             return;
         }
-        let decision = self.committed_decision(exec_id);
+        let now = self.now;
+        let known = settled.and_then(|s| {
+            let e = self.executions.get(exec_id)?;
+            s.decision(&e.proj, now)
+        });
+        debug_assert!(
+            known.is_none() || known == self.committed_decision(exec_id),
+            "a settled draft's answer must be the decider's"
+        );
+        let decision = known.or_else(|| self.committed_decision(exec_id));
         if decision.as_ref().is_none_or(|d| {
             d.events.is_empty() && d.start_children.is_empty() && d.cancel_children.is_empty()
         }) {
@@ -306,7 +331,9 @@ impl Engine {
         if !self.draft(&mut txn, exec_id) {
             return;
         }
-        self.settle(&mut txn, exec_id);
+        // The draft is the committed state at this `now`: the decider's
+        // first answer on it is the one just computed.
+        self.settle_from(&mut txn, exec_id, decision);
         if txn.is_empty() {
             let wake = self.committed_decision(exec_id).and_then(|d| d.wake);
             self.set_wake(exec_id, wake);

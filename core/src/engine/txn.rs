@@ -27,6 +27,44 @@ pub(crate) struct Draft {
     pub base_seq: u64,
     /// Pinned definition.
     pub def: Arc<DefinitionRecord>,
+    /// The decider's last word on this draft, when it had nothing more to
+    /// propose (see [`Settled`]).
+    pub settled: Option<Settled>,
+}
+
+/// The decider found nothing to propose for a draft's projection: what
+/// the decider would say again about the same projection once it is
+/// committed, without running it.
+///
+/// The decider's answer depends on the projection, the definition, the
+/// children it reads and the time. An answer with no events changes with
+/// time only when something falls due, and then no later than its `wake`:
+/// every time check (`now >= due`) that is false reports its `due` as a
+/// wake-up candidate, and the wake is their minimum. So for the same
+/// projection and definition, with no child to read, the answer at any
+/// `now` before `wake` is the same empty one with the same `wake`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Settled {
+    /// `last_seq` of the projection decided (every push raises it).
+    pub seq: u64,
+    /// The decider's wake-up.
+    pub wake: Option<crate::history::Millis>,
+}
+
+impl Settled {
+    /// The decision for the committed `p` at `now`, when this one still
+    /// holds (the same projection, nothing due yet).
+    pub fn decision(
+        &self,
+        p: &Projection,
+        now: crate::history::Millis,
+    ) -> Option<decide::Decision> {
+        let holds = self.seq == p.last_seq && self.wake.is_none_or(|w| w > now);
+        holds.then(|| decide::Decision {
+            wake: self.wake,
+            ..decide::Decision::default()
+        })
+    }
 }
 
 /// A reply that is sent once the batch commits.
@@ -114,6 +152,7 @@ impl Engine {
                 events: Vec::new(),
                 base_seq: e.proj.last_seq,
                 def: e.def.clone(),
+                settled: None,
             },
         );
         true
@@ -128,6 +167,7 @@ impl Engine {
                 events: Vec::new(),
                 base_seq: 0,
                 def,
+                settled: None,
             },
         );
     }
@@ -144,12 +184,25 @@ impl Engine {
         };
         d.proj.apply(&event);
         d.events.push(event);
+        d.settled = None;
         d.proj.last_seq
     }
 
     /// Runs the decider on drafted executions until nothing more is
     /// proposed (children it starts or cancels are drafted and settled too).
     pub(crate) fn settle(&mut self, txn: &mut Txn, exec_id: &str) {
+        self.settle_from(txn, exec_id, None);
+    }
+
+    /// [`Engine::settle`], with `first` as the decider's first answer for
+    /// `exec_id` when the caller already has it (for a draft just taken
+    /// from the committed state, at this `now`).
+    pub(crate) fn settle_from(
+        &mut self,
+        txn: &mut Txn,
+        exec_id: &str,
+        mut first: Option<decide::Decision>,
+    ) {
         let mut todo: VecDeque<String> = VecDeque::from([exec_id.to_string()]);
         let mut rounds = 0;
         while let Some(id) = todo.pop_front() {
@@ -158,7 +211,9 @@ impl Engine {
                 if rounds > ROUNDS_MAX {
                     return;
                 }
-                let decision = {
+                let decision = if let Some(decision) = first.take() {
+                    decision
+                } else {
                     let Some(d) = txn.drafts.get(&id) else { break };
                     let drafts = &txn.drafts;
                     let execs = &self.executions;
@@ -179,6 +234,14 @@ impl Engine {
                     && decision.start_children.is_empty()
                     && decision.cancel_children.is_empty()
                 {
+                    if let Some(d) = txn.drafts.get_mut(&id) {
+                        // Without children the answer reads nothing but the
+                        // projection, the definition and the time.
+                        d.settled = d.proj.index.children.is_empty().then_some(Settled {
+                            seq: d.proj.last_seq,
+                            wake: decision.wake,
+                        });
+                    }
                     break;
                 }
                 let mut progressed = !decision.events.is_empty();

@@ -293,13 +293,13 @@ impl Engine {
         if tasks.is_empty() {
             return false;
         }
-        let body = Task::poll_body(tasks);
+        let response = Response::tasks(tasks);
         if self.planted(Bug::DispatchBeforeCommit) {
-            self.reply(request, Response::ok(200, body));
+            self.reply(request, response);
             self.submit(txn);
             return true;
         }
-        txn.reply(request, Response::ok(200, body), proofs.into_iter().next());
+        txn.reply(request, response, proofs.into_iter().next());
         self.submit(txn);
         true
     }
@@ -402,7 +402,7 @@ impl Engine {
                     s.last_seen = now;
                 }
             }
-            txn.reply(poll, Response::ok(200, Task::poll_body(tasks)), proof);
+            txn.reply(poll, Response::tasks(tasks), proof);
         }
     }
 

@@ -106,8 +106,9 @@ pub struct Projection {
     pub failure: Option<Failure>,
     /// Per step, by name.
     pub steps: OrdMap<String, StepState>,
-    /// Per unit, by unit name.
-    pub units: OrdMap<String, Unit>,
+    /// Per unit, by unit name (each unit shared too: a draft copies only
+    /// the units its events change).
+    pub units: OrdMap<String, Arc<Unit>>,
     /// Non-compensation units in the order they succeeded.
     pub successes: Vector<String>,
     /// Unconsumed signals by name: seq -> payload.
@@ -216,25 +217,32 @@ impl Projection {
     }
 
     fn unit_entry(&mut self, unit: &str, at: Millis) -> &mut Unit {
-        self.units.entry(unit.to_string()).or_insert_with(|| Unit {
-            name: UnitName::parse(unit),
-            task: String::new(),
-            contract_version: String::new(),
-            attempt: 0,
-            redelivery: false,
-            input: Arc::new(serde_json::Value::Null),
-            idempotency_key: String::new(),
-            first_scheduled_at: at,
-            scheduled_seq: 0,
-            dispatched: false,
-            state: UnitState::Idle,
-            dispatches: BTreeMap::new(),
-            resolved_at: None,
-        })
+        let u = self.units.entry(unit.to_string()).or_insert_with(|| {
+            Arc::new(Unit {
+                name: UnitName::parse(unit),
+                task: String::new(),
+                contract_version: String::new(),
+                attempt: 0,
+                redelivery: false,
+                input: Arc::new(serde_json::Value::Null),
+                idempotency_key: String::new(),
+                first_scheduled_at: at,
+                scheduled_seq: 0,
+                dispatched: false,
+                state: UnitState::Idle,
+                dispatches: BTreeMap::new(),
+                resolved_at: None,
+            })
+        });
+        // Copied here only if a clone of this projection shares it.
+        Arc::make_mut(u)
     }
 
     fn close_current(&mut self, unit: &str, state: DispatchState) {
         if let Some(u) = self.units.get_mut(unit) {
+            // The unit changes next in any case (its event resolves or
+            // reschedules it): copying it now costs nothing more.
+            let u = Arc::make_mut(u);
             if let UnitState::InFlight { token } = &u.state {
                 if let Some(d) = u.dispatches.get_mut(token) {
                     d.state = state;

@@ -393,6 +393,7 @@ impl World {
             patterns: None,
         })
         .body
+        .into_json()
     }
 
     /// Reports a failure.
@@ -407,6 +408,7 @@ impl World {
             patterns: None,
         })
         .body
+        .into_json()
     }
 
     /// The stored history in `orbit logs` format.

@@ -152,7 +152,7 @@ fn result_answer(token: String, r: orbit_core::engine::Response) -> serde_json::
     let mut answer = serde_json::Map::new();
     answer.insert("token".into(), token.into());
     answer.insert("status".into(), r.status.into());
-    if let serde_json::Value::Object(body) = r.body {
+    if let serde_json::Value::Object(body) = r.body.into_json() {
         for (k, v) in body {
             if matches!(k.as_str(), "accepted" | "reason" | "error") {
                 answer.insert(k, v);

@@ -2,7 +2,7 @@
 //! resolution event of its own), and the scope expressions are evaluated in.
 
 use crate::history::{Projection, StepState, UnitName, UnitState};
-use crate::ir::{Step, StepKind, Workflow};
+use crate::ir::{Expr, ExprKind, Step, StepKind, Workflow};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -93,6 +93,47 @@ pub fn step_outputs(
             out.insert(step.name.clone(), v);
         }
     }
+    out
+}
+
+/// The steps `expr` reads (`ExprKind::Step`), each once: the only entries
+/// of a scope's step outputs its evaluation looks up.
+pub(crate) fn steps_read(expr: &Expr) -> Vec<String> {
+    fn walk(expr: &Expr, out: &mut Vec<String>) {
+        match &expr.kind {
+            ExprKind::Step { name } => {
+                if !out.contains(name) {
+                    out.push(name.clone());
+                }
+            }
+            ExprKind::Literal { .. }
+            | ExprKind::Input
+            | ExprKind::Execution
+            | ExprKind::Var { .. } => {}
+            ExprKind::Member { base, .. } => walk(base, out),
+            ExprKind::Index { base, index } => {
+                walk(base, out);
+                walk(index, out);
+            }
+            ExprKind::Unary { operand, .. } => walk(operand, out),
+            ExprKind::Binary { left, right, .. } => {
+                walk(left, out);
+                walk(right, out);
+            }
+            ExprKind::Call { args: items, .. } | ExprKind::List { items } => {
+                for e in items {
+                    walk(e, out);
+                }
+            }
+            ExprKind::Record { fields } => {
+                for (_, e) in fields {
+                    walk(e, out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(expr, &mut out);
     out
 }
 

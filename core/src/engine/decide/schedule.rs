@@ -2,13 +2,14 @@
 //! or matched with signals, and the workflow completes once every step is
 //! resolved.
 
-use super::outcome::{step_outputs, unit_name};
+use super::outcome::{step_outputs, steps_read, unit_name};
 use super::{eval_in, expression_error, ChildStart, Context, Decision};
 use crate::history::{
     CompensationReason, ErrorInfo, EventKind, Projection, StepState, WorkflowError,
 };
 use crate::ir::{Step, StepKind, Workflow};
 use serde_json::Value;
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
 /// Cheap resolution check: `Some(true)` succeeded or skipped, `Some(false)`
@@ -70,11 +71,15 @@ fn advance_step(cx: &Context, p: &Projection, step: &Step, d: &mut Decision) {
     let empty = StepState::default();
     let st = p.steps.get(&step.name).unwrap_or(&empty);
     let started = st.units_started > 0 || st.items.is_some() || st.timer.is_some();
-    let deps = step_outputs(cx.workflow, p, Some(&step.depends_on));
+    // The dependencies' outputs are gathered (copied) only when an
+    // expression of the step is evaluated: most passes over a started step
+    // evaluate none.
+    let gathered = OnceCell::new();
+    let deps = || gathered.get_or_init(|| step_outputs(cx.workflow, p, Some(&step.depends_on)));
     let no_vars = BTreeMap::new();
     if !started {
         if let Some(cond) = &step.condition {
-            match eval_in(cond, p, &deps, &no_vars) {
+            match eval_in(cond, p, deps(), &no_vars) {
                 Ok(Value::Bool(true)) => {}
                 Ok(Value::Bool(false)) | Ok(Value::Null) => {
                     d.events.push(EventKind::StepSkipped {
@@ -91,7 +96,7 @@ fn advance_step(cx: &Context, p: &Projection, step: &Step, d: &mut Decision) {
     }
     match &step.kind {
         StepKind::Sleep { duration } => match st.timer {
-            None => match eval_in(duration, p, &deps, &no_vars) {
+            None => match eval_in(duration, p, deps(), &no_vars) {
                 Ok(v) => {
                     let ms = v.as_u64().unwrap_or(0);
                     d.events.push(EventKind::TimerStarted {
@@ -139,11 +144,11 @@ fn advance_step(cx: &Context, p: &Projection, step: &Step, d: &mut Decision) {
         StepKind::Task(_) | StepKind::Workflow { .. } => match &step.for_each {
             None => {
                 if st.units_started == 0 {
-                    schedule_unit(cx, p, step, None, &deps, &no_vars, d);
+                    schedule_unit(cx, p, step, None, deps(), &no_vars, d);
                 }
             }
             Some(fe) => match &st.items {
-                None => match eval_in(&fe.list, p, &deps, &no_vars) {
+                None => match eval_in(&fe.list, p, deps(), &no_vars) {
                     Ok(Value::Array(items)) => d.events.push(EventKind::StepFanOut {
                         step: step.name.clone(),
                         items,
@@ -162,7 +167,7 @@ fn advance_step(cx: &Context, p: &Projection, step: &Step, d: &mut Decision) {
                     while next < items.len() && in_flight < limit {
                         let mut vars = BTreeMap::new();
                         vars.insert(fe.var.clone(), items[next].clone());
-                        schedule_unit(cx, p, step, Some(next), &deps, &vars, d);
+                        schedule_unit(cx, p, step, Some(next), deps(), &vars, d);
                         next += 1;
                         in_flight += 1;
                     }
@@ -269,11 +274,14 @@ pub fn task_event(
 
 /// Evaluates the workflow's output once every step is resolved.
 fn complete(cx: &Context, p: &Projection, d: &mut Decision) {
-    let outputs = step_outputs(cx.workflow, p, None);
     let result = match &cx.workflow.output {
         // Without an `output` block a workflow's output is the empty record.
         None => Ok(Value::Object(serde_json::Map::new())),
-        Some(expr) => eval_in(expr, p, &outputs, &BTreeMap::new()),
+        Some(expr) => {
+            // Only the outputs the expression reads are gathered.
+            let outputs = step_outputs(cx.workflow, p, Some(&steps_read(expr)));
+            eval_in(expr, p, &outputs, &BTreeMap::new())
+        }
     };
     match result {
         Ok(output) => d.events.push(EventKind::WorkflowCompleted { output }),
