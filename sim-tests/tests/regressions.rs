@@ -157,15 +157,36 @@ fn finding_3_an_overdue_entry_no_longer_hides_a_poll_deadline() {
     }
 }
 
-/// Finding 4 (open): the two runs still part on about one seed in thirty,
-/// on *when* an answer comes, never on what it says. At 0x20 a start for
-/// an existing id is answered 15 ms later with eviction; at 0x36bc an
-/// empty long poll 100 ms (one tick) later with eviction. Skipped by
-/// `scenarios.rs` meanwhile.
+/// Finding 4 (fixed): the two runs parted on about one seed in thirty, on
+/// *when* an answer came or in which order tasks went out. Five causes,
+/// each fixed:
+/// - a reload replaced an execution without its wake-up (a timer of one
+///   read back after eviction fired a tick late, 0x168);
+/// - a start for an id the engine had forgotten was refused by the store
+///   after a commit's latency (0x20): in lockstep that refusal is a read
+///   and is answered at once;
+/// - the results of one group commit were handled one by one, so a parent
+///   in memory recorded two children's ends in commit order and a parent
+///   read back in unit order (0xc6);
+/// - a tick that read evicted executions back decided the ones in memory
+///   first (a retry queued behind those due with it, 0xcb);
+/// - the next-tick deadline moved with every input (0x18d20).
 #[test]
-#[ignore = "finding 4: answer timing with eviction, open"]
 fn finding_4_a_run_with_eviction_answers_at_the_same_instant() {
-    for seed in [0x20, 0x36bc] {
+    for seed in [0x20, 0x36bc, 0x49, 0x168, 0xc6, 0xcb, 0x40c, 0x18d20] {
+        passes(seed, Scenario::EvictionInvisible);
+    }
+}
+
+/// Finding 5 (open): after the fixes of finding 4 the runs still part on
+/// about one seed in a thousand: a worker's register answered 6 ms sooner
+/// with eviction (0x33), a poll handed a different one of two queued tasks
+/// (0x18a8b, 0x18cb4), an empty long poll answered later (0x7ce). None of
+/// them is among the scenario tests' seeds.
+#[test]
+#[ignore = "finding 5: rare timing and task-order differences with eviction, open"]
+fn finding_5_a_run_with_eviction_answers_the_same() {
+    for seed in [0x33, 0x7ce, 0x18a8b, 0x18cb4, 0x18e5d] {
         passes(seed, Scenario::EvictionInvisible);
     }
 }

@@ -11,11 +11,7 @@ const SEEDS: u64 = 30;
 /// Seeds that fail because of known, not yet fixed engine bugs; each is
 /// kept as an ignored regression test in `tests/regressions.rs` and skipped
 /// here until the engine is fixed. (Findings 1 and 2 are fixed: empty.)
-const KNOWN_ENGINE_BUGS: &[(Scenario, u64)] = &[
-    // Finding 4 (open): the run with eviction answers a tick later (see
-    // `regressions.rs`).
-    (Scenario::EvictionInvisible, 0x36bc),
-];
+const KNOWN_ENGINE_BUGS: &[(Scenario, u64)] = &[];
 
 fn run(scenario: Scenario, base: u64) {
     let seeds: Vec<u64> = ci_seeds(base, SEEDS)
