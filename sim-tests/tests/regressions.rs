@@ -178,16 +178,27 @@ fn finding_4_a_run_with_eviction_answers_at_the_same_instant() {
     }
 }
 
-/// Finding 5 (open): after the fixes of finding 4 the runs still part on
-/// about one seed in a thousand, on an instant or an order: an event
-/// recorded 100 ms apart after an injected `Conflict` struck the other
-/// execution of a group commit (0x33), a poll handed the other of two
-/// queued tasks (0x18a8b, 0x18cb4), an empty long poll answered later
-/// (0x7ce). None of them is among the scenario tests' seeds.
+/// Finding 5 (fixed): after the fixes of finding 4 the runs still parted
+/// on about one seed in a thousand. A group commit ended a child whose
+/// parent had been evicted: in memory the parent was decided among the
+/// other executions that commit touched, in id order, and its task took a
+/// parked poll first; read back, it was decided after them, and the poll
+/// got another task (0x18a8b, 0x18cb4), or a simulated `Conflict` struck
+/// the other execution of the next group commit (0x33). The follow-up work
+/// of an input now waits for the reads of evicted parents it asked for.
 #[test]
-#[ignore = "finding 5: rare timing and task-order differences with eviction, open"]
-fn finding_5_a_run_with_eviction_answers_the_same() {
-    for seed in [0x33, 0x7ce, 0x18a8b, 0x18cb4, 0x18e5d] {
+fn finding_5_a_parent_read_back_is_decided_among_the_others() {
+    for seed in [0x33, 0x18a8b, 0x18cb4, 0x18e5d] {
         passes(seed, Scenario::EvictionInvisible);
     }
+}
+
+/// Finding 6 (open): one seed in the 5,000 looked at parts: a client's
+/// signal is sent 800 ms later in the run with eviction (the world's random
+/// stream moved before any reply differed), and the store is unreachable
+/// by then. Not yet explained. Not among the scenario tests' seeds.
+#[test]
+#[ignore = "finding 6: the runs part with no earlier visible difference, open"]
+fn finding_6_a_run_with_eviction_meets_the_same_world() {
+    passes(0x7ce, Scenario::EvictionInvisible);
 }

@@ -249,7 +249,8 @@ impl Engine {
         if let Some(t) = wake.take() {
             self.idle.dormant.remove(&(t, parent.clone()));
         }
-        self.ask_load(vec![parent], Vec::new(), None);
+        let load = self.ask_load(vec![parent], Vec::new(), None);
+        self.barrier.insert(load);
     }
 
     /// True while an evicted parent awaits `child`'s outcome: the finished

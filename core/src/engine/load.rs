@@ -211,6 +211,7 @@ impl Engine {
         }
         self.loads.prune();
         self.tick_read_done(load);
+        self.barrier.remove(&load);
         if let Some((id, request)) = done.request {
             self.loads.known = known;
             self.request(id, request);
@@ -224,6 +225,7 @@ impl Engine {
     /// the driver's retry lands it only warms memory.
     pub(super) fn load_failed(&mut self, load: LoadId, message: &str) {
         self.tick_read_done(load);
+        self.barrier.remove(&load);
         let Some(o) = self.loads.outstanding.get_mut(&load) else {
             return;
         };

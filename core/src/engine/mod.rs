@@ -120,6 +120,11 @@ pub struct Engine {
     /// A tick's read of evicted executions whose wake-up came, and the
     /// wake-ups: the tick decides what is due once they are back.
     tick_read: Option<(load::LoadId, Vec<(Millis, String)>)>,
+    /// Reads of evicted executions that the follow-up work of an input
+    /// waits for (a parent whose child ended): until they are answered,
+    /// nothing else is decided, so the parent is decided among the others
+    /// as if it had never left.
+    barrier: BTreeSet<load::LoadId>,
     /// Until then, hand-outs recovered from the store wait for their
     /// workers to report before they are redelivered.
     recovery_until: Option<Millis>,
@@ -156,6 +161,7 @@ impl Engine {
             ticked_at: 0,
             soon: BTreeMap::new(),
             tick_read: None,
+            barrier: BTreeSet::new(),
             recovery_until: None,
             finished: VecDeque::new(),
             loads: Loads::default(),

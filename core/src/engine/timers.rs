@@ -251,6 +251,9 @@ impl Engine {
 
     /// Follow-up work after every input.
     pub(super) fn after_input(&mut self) {
+        if !self.barrier.is_empty() {
+            return;
+        }
         for _ in 0..1000 {
             let dirty = std::mem::take(&mut self.dirty);
             if dirty.is_empty() && !self.admission.needed {
