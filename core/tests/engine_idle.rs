@@ -44,6 +44,14 @@ workflow Flaky version "1.0.0" {
     output { n: work.n }
 }
 
+workflow Either version "1.0.0" {
+    input { n: Int }
+    step nap { sleep 10m }
+    step go { signal "go" }
+    step work { worker "demo.work" with { n: input.n } after: [nap, go] }
+    output { n: work.n }
+}
+
 workflow Parent version "1.0.0" {
     input { n: Int }
     step child { workflow Nap version "1.0.0" with { n: input.n } }
@@ -199,6 +207,40 @@ fn a_parent_waiting_for_its_child_leaves_and_returns_when_the_child_ends() {
         + 0ms #3 ChildStarted step=child child_id=p-1.child
         + 3600.0s #4 ChildCompleted step=child child_id=p-1.child
         + 3600.0s #5 WorkflowCompleted
+        ",
+    );
+}
+
+/// Simulation finding 6 (seed 0x7ce of `eviction-invisible`): the clock
+/// jumps past an evicted execution's timer before any tick, and a signal
+/// reads it back; that signal's write fails. In memory its wake-up was
+/// still due, so the next tick decided it; read back, it had none (a
+/// decision taken then held the due timer and named no wake-up), and it
+/// waited for the retry a tick later.
+#[test]
+fn a_timer_due_while_evicted_survives_a_failed_write_of_the_signal_that_read_it_back() {
+    let w = same_either_way(&["e-1"], |w| {
+        w.start("Either", "e-1", json!({"n": 1}));
+        w.at(120_000);
+        // The clock jumps past the timer; no tick has seen it yet.
+        w.now = T0 + 600_050;
+        w.mode = Mode::Unavailable;
+        let refused = w.call(signal("e-1"));
+        assert_eq!(refused.status, 503);
+        w.mode = Mode::Ok;
+        w.advance(0);
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        vec![refused.body.into_json(), w.succeed(&t.token, json!({"n": 2}))]
+    });
+    assert_logs(
+        &w.logs("e-1"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 TimerStarted step=nap fire_at=+600.0s
+        + 600.0s #4 TimerFired step=nap
+        + 600.0s #5 StepScheduled step=work attempt=1
         ",
     );
 }

@@ -243,10 +243,11 @@ impl Engine {
         let Some(parent) = self.idle.awaited.get(child).cloned() else {
             return;
         };
-        let Some(wake) = self.idle.evicted.get_mut(&parent) else {
+        let Some(wake) = self.idle.evicted.get(&parent) else {
             return;
         };
-        if let Some(t) = wake.take() {
+        // Read back now, not at its wake-up (which it keeps: see `install`).
+        if let Some(t) = *wake {
             self.idle.dormant.remove(&(t, parent.clone()));
         }
         let load = self.ask_load(vec![parent], Vec::new(), None);

@@ -488,6 +488,11 @@ impl Engine {
             return false;
         };
         let before = self.executions.get(&id).map(|e| e.proj.status);
+        // Back from eviction, it wakes when it would have in memory: its
+        // history has not moved since, so the wake-up it left with stands,
+        // even once due (a decision taken now would already hold the due
+        // work, and name no wake-up).
+        let left_with = self.idle.evicted.get(&id).copied().flatten();
         // The copy it replaces leaves no wake-up behind.
         self.set_wake(&id, None);
         self.executions.insert(
@@ -508,7 +513,7 @@ impl Engine {
         self.watch_idle(&id);
         // Its next timer is due when it was, whether the reload's own
         // re-decide comes sooner or later.
-        let wake = self.committed_decision(&id).and_then(|d| d.wake);
+        let wake = left_with.or_else(|| self.committed_decision(&id).and_then(|d| d.wake));
         self.set_wake(&id, wake);
         for (token, reason) in orphans {
             if self.work.tokens.contains_key(&token) {

@@ -135,7 +135,27 @@ impl Engine {
                 .map(|(t, r)| (t.clone(), r.clone()))
                 .collect()
         };
-        if tokens.is_empty() {
+        // Only an orphan whose dispatch is still the unit's current one
+        // has anything to record; the others are dropped. With none left
+        // the execution is not drafted at all: an orphan that no longer
+        // matters must not re-decide it, or whether it does would depend
+        // on which tokens memory happened to hold (a session's hold on the
+        // tokens of an execution is not kept across its eviction).
+        let Some(p) = self.executions.get(exec_id).map(|e| &e.proj) else {
+            return false;
+        };
+        let (current, stale): (Vec<_>, Vec<_>) = tokens.into_iter().partition(|(token, _)| {
+            self.work.tokens.get(token).is_some_and(|t| {
+                p.units
+                    .get(&t.unit)
+                    .and_then(|u| u.current_dispatch())
+                    .is_some_and(|(cur, _)| cur == token)
+            })
+        });
+        for (token, _) in stale {
+            self.work.orphans.remove(&token);
+        }
+        if current.is_empty() {
             return false;
         }
         let mut txn = Txn::default();
@@ -143,10 +163,9 @@ impl Engine {
             return false;
         }
         // An orphan stays listed until its `StepAttemptUncertain` commits
-        // (then its dispatch is no longer current and it is dropped here).
-        for (token, reason) in tokens {
+        // (then its dispatch is no longer current and it is dropped above).
+        for (token, reason) in current {
             let Some(unit) = self.work.tokens.get(&token).map(|t| t.unit.clone()) else {
-                self.work.orphans.remove(&token);
                 continue;
             };
             let attempt = txn.drafts.get(exec_id).and_then(|d| {
@@ -154,9 +173,6 @@ impl Engine {
                 let (current, dispatch) = u.current_dispatch()?;
                 (current == token).then_some(dispatch.attempt)
             });
-            if attempt.is_none() {
-                self.work.orphans.remove(&token);
-            }
             if attempt.is_some() && self.planted(Bug::UncertainAsFailed) {
                 let events = txn.drafts.get(exec_id).and_then(|d| {
                     let u = d.proj.units.get(&unit)?;

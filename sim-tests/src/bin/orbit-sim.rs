@@ -22,8 +22,6 @@ const USAGE: &str =
                   late-and-duplicate, storage-faults, cancel-compensation,
                   signals-sleeps, child-workflows, idempotent-starts, clock-jumps,
                   builtin-http, cluster-leader, eviction-invisible, or all
-                  (every one but eviction-invisible, whose known timing
-                  differences, finding 4, are not fixed yet)
   --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
                   network, partition, workers, cancel, clock, pause, db-cut
   --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
@@ -115,13 +113,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--scenario" => {
                 let v = value("--scenario")?;
                 a.scenarios = if v == "all" {
-                    // eviction-invisible still parts on known timing
-                    // differences (finding 4 in `tests/regressions.rs`):
-                    // run by name until they are fixed.
-                    Scenario::ALL
-                        .into_iter()
-                        .filter(|s| *s != Scenario::EvictionInvisible)
-                        .collect()
+                    Scenario::ALL.to_vec()
                 } else {
                     vec![Scenario::parse(&v).ok_or_else(|| format!("unknown scenario `{v}`"))?]
                 };
