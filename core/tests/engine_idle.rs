@@ -48,7 +48,7 @@ workflow Either version "1.0.0" {
     input { n: Int }
     step nap { sleep 10m }
     step go { signal "go" }
-    step work { worker "demo.work" with { n: input.n } after: [nap, go] }
+    step work { worker "demo.work" with { n: input.n } after: [nap] }
     output { n: work.n }
 }
 
@@ -211,6 +211,48 @@ fn a_parent_waiting_for_its_child_leaves_and_returns_when_the_child_ends() {
     );
 }
 
+/// Simulation finding 8 (seed 0x2c7 of `eviction-invisible`): a parent
+/// is cancelled while its child's commit is in flight, so it tells the
+/// child later, in a decision of its own that writes nothing to the parent
+/// itself. While that write was in flight the parent counted as idle (its
+/// child was running) and left memory; the write failed, and the retry
+/// that would have come from the parent's decision never came: the child
+/// completed instead of being cancelled. A parent being cancelled now
+/// stays until its children hold the cancellation.
+#[test]
+fn a_cancelled_parent_stays_until_its_child_holds_the_cancellation() {
+    let w = same_either_way(&["p-1", "p-1.child"], |w| {
+        w.start("Parent", "p-1", json!({"n": 1}));
+        // The child's timer fires; its commit is slow, and the parent's
+        // cancellation is recorded meanwhile.
+        w.mode = Mode::Hold;
+        w.at(3_600_000);
+        w.mode = Mode::Ok;
+        let cancel = w.send(Request::Cancel {
+            execution_id: "p-1".into(),
+            reason: None,
+            idempotency: None,
+        });
+        // The parent tries to tell its busy child at every tick.
+        w.mode = Mode::Hold;
+        w.advance(100);
+        w.release(Mode::Ok);
+        // Its next decision tells the child; that write is in flight when
+        // everything idle is evicted, then fails.
+        w.advance(100);
+        assert_eq!(w.held.len(), 1, "the child's cancellation is in flight");
+        if w.config.idle_evict_ms.is_some() {
+            w.engine.evict_idle_now();
+        }
+        w.release(Mode::Unavailable);
+        w.mode = Mode::Ok;
+        w.advance(1_000);
+        vec![w.replies.remove(&cancel).unwrap().body.into_json()]
+    });
+    assert_eq!(w.status("p-1.child"), "cancelled");
+    assert_eq!(w.status("p-1"), "cancelled");
+}
+
 /// Simulation finding 6 (seed 0x7ce of `eviction-invisible`): the clock
 /// jumps past an evicted execution's timer before any tick, and a signal
 /// reads it back; that signal's write fails. In memory its wake-up was
@@ -231,7 +273,10 @@ fn a_timer_due_while_evicted_survives_a_failed_write_of_the_signal_that_read_it_
         w.advance(0);
         let s = w.register("w-1", &["demo.*"]);
         let t = w.take(&s);
-        vec![refused.body.into_json(), w.succeed(&t.token, json!({"n": 2}))]
+        vec![
+            refused.body.into_json(),
+            w.succeed(&t.token, json!({"n": 2})),
+        ]
     });
     assert_logs(
         &w.logs("e-1"),
@@ -239,8 +284,10 @@ fn a_timer_due_while_evicted_survives_a_failed_write_of_the_signal_that_read_it_
         + 0ms #1 WorkflowCreated
         + 0ms #2 WorkflowStarted
         + 0ms #3 TimerStarted step=nap fire_at=+600.0s
-        + 600.0s #4 TimerFired step=nap
-        + 600.0s #5 StepScheduled step=work attempt=1
+        + 600.1s #4 TimerFired step=nap
+        + 600.1s #5 StepScheduled step=work attempt=1
+        + 600.1s #6 StepDispatched step=work attempt=1 worker_id=w-1
+        + 600.1s #7 StepSucceeded step=work attempt=1
         ",
     );
 }

@@ -208,3 +208,27 @@ fn finding_5_a_parent_read_back_is_decided_among_the_others() {
 fn finding_6_a_timer_due_while_evicted_is_kept_across_a_read_back() {
     passes(0x7ce, Scenario::EvictionInvisible);
 }
+
+/// Finding 7 (fixed, a lockstep rule): a start for an id the engine had
+/// forgotten (finished, out of the finished cache) is written blind and
+/// refused by the store; in the run that still held it, it was answered
+/// from memory at once. The refused create waited for a commit slot
+/// (`commits_in_flight` 1, a commit in flight) and its answer came 50 ms
+/// later, which moved every later draw (0x197eb). In lockstep a batch that
+/// only creates executions is now written alone and at once, in both runs.
+#[test]
+fn finding_7_a_blind_create_does_not_wait_for_a_commit_slot() {
+    passes(0x197eb, Scenario::EvictionInvisible);
+}
+
+/// Finding 8 (fixed, an engine bug): a parent cancelled while its child's
+/// commit was in flight tells the child at a later tick, in a decision that
+/// writes nothing to the parent. While that write was in flight the parent
+/// counted as idle and was evicted; the write failed, and the retry, which
+/// comes from the parent's decision, never came: the child completed
+/// instead of being cancelled (0x2c7). A parent being cancelled now stays
+/// in memory until its children hold the cancellation (`engine_idle.rs`).
+#[test]
+fn finding_8_a_cancelled_parent_stays_until_its_children_hear_of_it() {
+    passes(0x2c7, Scenario::EvictionInvisible);
+}

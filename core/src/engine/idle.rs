@@ -142,10 +142,14 @@ impl Engine {
         let settled = |u: &crate::history::Unit| match &u.state {
             UnitState::Succeeded { .. } | UnitState::Failed { .. } => true,
             // A running child in memory: its end brings the parent back.
-            UnitState::Child { child_id } => self
-                .executions
-                .get(child_id)
-                .is_some_and(|c| !c.proj.status.is_terminal() && !self.dirty.contains(child_id)),
+            // A parent being cancelled is not done with a child until the
+            // child holds the cancellation (a failed write of it is retried
+            // from the parent's decision, which must stay in memory).
+            UnitState::Child { child_id } => self.executions.get(child_id).is_some_and(|c| {
+                !c.proj.status.is_terminal()
+                    && !self.dirty.contains(child_id)
+                    && (p.cancel.is_none() || c.proj.cancel.is_some())
+            }),
             // A failed attempt waiting for its retry: none of its
             // deliveries is still wanted (a late success still counts, and
             // finds the execution through `Idle::tokens`).
@@ -278,10 +282,10 @@ impl Engine {
     }
 
     /// Evicts now every execution that could leave memory, however briefly
-    /// it has been idle; returns how many left. For tests and simulations
+    /// it has been idle; returns those that left. For tests and simulations
     /// that show eviction cannot be observed: it never changes what the
     /// engine does or answers, only when it reads the store.
-    pub fn evict_idle_now(&mut self) -> usize {
+    pub fn evict_idle_now(&mut self) -> Vec<String> {
         let ids: Vec<String> = self
             .executions
             .keys()
@@ -291,7 +295,7 @@ impl Engine {
         for id in &ids {
             self.evict(id);
         }
-        ids.len()
+        ids
     }
 
     /// Executions evicted for idleness (not in memory).

@@ -6,21 +6,50 @@ use super::{GroupCommit, Io, Node};
 use crate::engine::{Batch, Input, StorageResult};
 use crate::history::Millis;
 use crate::store::StorageError;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 impl Node {
     /// Writes every waiting batch in one transaction, if a slot is free.
     pub(super) fn start_commit(&mut self) {
+        if self.config.group_across_reads {
+            self.write_creates_alone();
+        }
         if self.pending.is_empty() || self.in_flight.len() >= self.config.commits_in_flight {
             return;
         }
+        let batches = self.pending.drain(..).collect();
+        self.issue(batches);
+    }
+
+    /// Lockstep only ([`super::NodeConfig::group_across_reads`]): a batch
+    /// that only creates executions is written at once, in a transaction
+    /// of its own, whatever is in flight. The engine writes a start for an
+    /// id it does not hold without reading it first, and the store refuses
+    /// an id it holds, so such a write is a read in another form: a run
+    /// whose engine forgot the id must meet it at the instant the run that
+    /// remembered it answers from memory. Both runs follow this rule, so
+    /// creates of new ids go the same way in each.
+    fn write_creates_alone(&mut self) {
+        let creates_only = |b: &Batch| {
+            !b.executions.is_empty() && b.executions.iter().all(|a| a.expected_last_seq == 0)
+        };
+        if !self.pending.iter().any(creates_only) {
+            return;
+        }
+        let (alone, rest): (VecDeque<_>, VecDeque<_>) =
+            self.pending.drain(..).partition(|b| creates_only(b));
+        self.pending = rest;
+        for batch in alone {
+            self.issue(vec![batch]);
+        }
+    }
+
+    /// Sends `batches` as one group commit.
+    fn issue(&mut self, batches: Vec<Batch>) {
         let id = self.next_commit;
         self.next_commit += 1;
-        let commit = Arc::new(GroupCommit {
-            id,
-            batches: self.pending.drain(..).collect(),
-        });
+        let commit = Arc::new(GroupCommit { id, batches });
         self.stats.group_commits += 1;
         self.stats.batches += commit.batches.len() as u64;
         self.stats.largest_group = self.stats.largest_group.max(commit.batches.len() as u64);

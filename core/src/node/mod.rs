@@ -48,8 +48,9 @@ pub struct NodeConfig {
     /// already waiting. Only for a driver that answers such reads at once —
     /// the simulator's lockstep runs, which compare a run with eviction to
     /// one without and need both to form the same group commits; against a
-    /// real store it would hold writes up for a read's latency. Off by
-    /// default.
+    /// real store it would hold writes up for a read's latency. In the same
+    /// mode a batch that only creates executions is written alone and at
+    /// once (a blind create is a read in another form). Off by default.
     pub group_across_reads: bool,
 }
 

@@ -167,10 +167,14 @@ impl World {
         let Some(s) = self.server_mut() else {
             return;
         };
-        let n = s.node.engine_mut().evict_idle_now();
-        if n > 0 {
-            *self.stats.faults.entry("evicted_forced").or_default() += n as u64;
+        let gone = s.node.engine_mut().evict_idle_now();
+        if gone.is_empty() {
+            return;
         }
+        if self.trace {
+            println!("{:>9} evicted (forced): {gone:?}", self.now - EPOCH_MS);
+        }
+        *self.stats.faults.entry("evicted_forced").or_default() += gone.len() as u64;
     }
 
     /// Records a reply `to` received (lockstep mode only).

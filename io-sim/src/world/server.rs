@@ -501,6 +501,16 @@ impl World {
                 })
                 .collect();
             println!("          commit {} {ids:?} -> {result:?}", commit.id);
+            for a in commit.batches.iter().flat_map(|b| &b.executions) {
+                for e in &a.events {
+                    let line = orbit_core::history::logs::format_event(
+                        &a.execution_id,
+                        super::EPOCH_MS,
+                        e,
+                    );
+                    println!("            {} {line}", a.execution_id);
+                }
+            }
         }
         if applied {
             for b in &commit.batches {
