@@ -5,6 +5,7 @@
 use super::batch::{BatchId, StorageResult, StoredExecution};
 use super::effect::{Effect, Response};
 use super::input::{Request, RequestId};
+use super::parts::Work;
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
@@ -22,6 +23,20 @@ fn creates_to_run_again(txn: &mut Txn, stale: &[String]) -> Vec<(String, Request
     txn.replies
         .retain(|r| !again.iter().any(|(_, rid, _)| *rid == r.request));
     again
+}
+
+/// Removes every index entry of an execution (`p`, its projection) from
+/// the workers' side.
+fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
+    for token in p.tokens.keys() {
+        work.tokens.remove(token);
+        work.orphans.remove(token);
+    }
+    for unit in p.units.keys() {
+        if let Some(pos) = work.queued.remove(&(exec_id.to_string(), unit.clone())) {
+            work.queue.remove(&pos);
+        }
+    }
 }
 
 fn storage_error(message: &str) -> Response {
@@ -307,14 +322,11 @@ impl Engine {
             self.admission.needed = true;
             return;
         }
+        // Recording orphans changes no committed projection.
+        let known = settled.and_then(|s| s.decision(&e.proj, self.now));
         if self.orphans_of(exec_id) {
             return;
         }
-        let now = self.now;
-        let known = settled.and_then(|s| {
-            let e = self.executions.get(exec_id)?;
-            s.decision(&e.proj, now)
-        });
         debug_assert!(
             known.is_none() || known == self.committed_decision(exec_id),
             "a settled draft's answer must be the decider's"
@@ -361,7 +373,7 @@ impl Engine {
 
     /// Updates the indexes (tokens, task queue) after committed events.
     pub(super) fn index(&mut self, exec_id: &str, events: &[Event]) {
-        let mut units = BTreeSet::new();
+        let mut units: BTreeSet<&str> = BTreeSet::new();
         for ev in events {
             match &ev.kind {
                 EventKind::StepDispatched {
@@ -381,61 +393,47 @@ impl Engine {
                             dispatched_at: ev.at,
                         },
                     );
-                    units.insert(step.clone());
+                    units.insert(step);
                 }
                 EventKind::StepScheduled { step, .. }
                 | EventKind::StepSucceeded { step, .. }
                 | EventKind::StepFailed { step, .. }
                 | EventKind::StepAttemptFailed { step, .. }
                 | EventKind::StepAttemptUncertain { step, .. } => {
-                    units.insert(step.clone());
+                    units.insert(step);
                 }
                 _ => {}
             }
         }
         for unit in units {
-            self.sync_queue(exec_id, &unit);
+            self.sync_queue(exec_id, unit);
         }
-        let terminal = self
-            .executions
-            .get(exec_id)
-            .is_some_and(|e| e.proj.status.is_terminal());
-        if terminal {
-            if let Some(e) = self.executions.get(exec_id) {
-                let p = e.proj.clone();
-                self.unindex(exec_id, &p);
+        if let Some(e) = self.executions.get(exec_id) {
+            if e.proj.status.is_terminal() {
+                unindex(&mut self.work, exec_id, &e.proj);
             }
         }
     }
 
     /// Removes every index entry of an execution.
     pub(super) fn unindex(&mut self, exec_id: &str, p: &Projection) {
-        for token in p.tokens.keys() {
-            self.work.tokens.remove(token);
-            self.work.orphans.remove(token);
-        }
-        for unit in p.units.keys() {
-            if let Some(pos) = self
-                .work
-                .queued
-                .remove(&(exec_id.to_string(), unit.clone()))
-            {
-                self.work.queue.remove(&pos);
-            }
-        }
+        unindex(&mut self.work, exec_id, p);
     }
 
     fn sync_queue(&mut self, exec_id: &str, unit: &str) {
         let key = (exec_id.to_string(), unit.to_string());
-        let state = self
+        let queued = self
             .executions
             .get(exec_id)
             .and_then(|e| e.proj.units.get(unit))
-            .map(|u| (u.state.clone(), u.task.clone()));
+            .and_then(|u| match u.state {
+                UnitState::Queued { since } => Some((since, u.task.clone())),
+                _ => None,
+            });
         if let Some(pos) = self.work.queued.remove(&key) {
             self.work.queue.remove(&pos);
         }
-        if let Some((UnitState::Queued { since }, task)) = state {
+        if let Some((since, task)) = queued {
             let pos = (since, self.next_ordinal());
             self.work.queued.insert(key, pos);
             self.work.queue.insert(

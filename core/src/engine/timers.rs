@@ -236,16 +236,19 @@ impl Engine {
 
     /// Records when `exec_id` next needs the decider.
     pub(super) fn set_wake(&mut self, exec_id: &str, wake: Option<Millis>) {
-        if let Some(e) = self.executions.get_mut(exec_id) {
-            if let Some(old) = e.wake.take() {
-                self.wakes.remove(&(old, exec_id.to_string()));
-            }
-            e.wake = wake;
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        // The same wake-up again leaves its entry where it is.
+        if e.wake == wake {
+            return;
         }
+        if let Some(old) = e.wake.take() {
+            self.wakes.remove(&(old, exec_id.to_string()));
+        }
+        e.wake = wake;
         if let Some(t) = wake {
-            if self.executions.contains_key(exec_id) {
-                self.wakes.insert((t, exec_id.to_string()));
-            }
+            self.wakes.insert((t, exec_id.to_string()));
         }
     }
 
