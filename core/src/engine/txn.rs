@@ -81,8 +81,9 @@ pub(crate) struct PendingReply {
 /// A batch under construction, then in flight.
 #[derive(Default)]
 pub(crate) struct Txn {
-    /// Drafts by execution id.
-    pub drafts: BTreeMap<String, Draft>,
+    /// Drafts by execution id (boxed: a map node holds eleven, and most
+    /// batches hold one).
+    pub drafts: BTreeMap<String, Box<Draft>>,
     /// Definitions to register.
     pub definitions: Vec<DefinitionRecord>,
     /// Idempotency records.
@@ -147,13 +148,13 @@ impl Engine {
         }
         txn.drafts.insert(
             exec_id.to_string(),
-            Draft {
+            Box::new(Draft {
                 proj: e.proj.clone(),
                 events: Vec::new(),
                 base_seq: e.proj.last_seq,
                 def: e.def.clone(),
                 settled: None,
-            },
+            }),
         );
         true
     }
@@ -162,13 +163,13 @@ impl Engine {
     pub(crate) fn draft_new(&self, txn: &mut Txn, exec_id: &str, def: Arc<DefinitionRecord>) {
         txn.drafts.insert(
             exec_id.to_string(),
-            Draft {
+            Box::new(Draft {
                 proj: Projection::new(exec_id),
                 events: Vec::new(),
                 base_seq: 0,
                 def,
                 settled: None,
-            },
+            }),
         );
     }
 
