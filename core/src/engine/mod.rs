@@ -104,8 +104,9 @@ pub struct Engine {
     out: Vec<Effect>,
     last_wake: Option<Millis>,
     ordinal: u64,
-    /// Executions in memory, by id.
-    executions: BTreeMap<String, Exec>,
+    /// Executions in memory, by id (boxed: a map node holds eleven, and
+    /// an insert or removal moves its neighbours).
+    executions: BTreeMap<String, Box<Exec>>,
     /// Executions to decide again before the next batch.
     dirty: BTreeSet<String>,
     /// (time, execution) of every timer, retry and deadline due.

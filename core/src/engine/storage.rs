@@ -490,7 +490,7 @@ impl Engine {
         self.set_wake(&id, None);
         self.executions.insert(
             id.clone(),
-            Exec {
+            Box::new(Exec {
                 proj,
                 def,
                 busy,
@@ -499,7 +499,7 @@ impl Engine {
                 wake: None,
                 active_at: self.now,
                 idle_watched,
-            },
+            }),
         );
         self.index(&id, &stored.events);
         self.returned(&id);

@@ -369,7 +369,7 @@ impl Engine {
                 None => {
                     self.executions.insert(
                         exec_id.clone(),
-                        Exec {
+                        Box::new(Exec {
                             proj: Projection::new(exec_id),
                             def: d.def.clone(),
                             busy: Some(id),
@@ -378,7 +378,7 @@ impl Engine {
                             wake: None,
                             active_at: self.now,
                             idle_watched: false,
-                        },
+                        }),
                     );
                 }
             }
