@@ -302,11 +302,6 @@ impl Engine {
         self.out.push(Effect::Reply { request, response });
     }
 
-    fn next_ordinal(&mut self) -> u64 {
-        self.ordinal += 1;
-        self.ordinal
-    }
-
     /// Queues `request` behind the batch in flight for `exec_id`.
     fn park_behind(&mut self, exec_id: &str, id: RequestId, request: Request) {
         if let Some(e) = self.executions.get_mut(exec_id) {

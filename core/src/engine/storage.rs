@@ -9,7 +9,7 @@ use super::parts::Work;
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
-use crate::history::{Event, EventKind, Projection, Status, UnitState};
+use crate::history::{Event, EventKind, Millis, Projection, Status, UnitState};
 use std::collections::BTreeSet;
 
 /// The starts of `txn` that created an id the store turned out to hold
@@ -36,6 +36,35 @@ fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
         if let Some(pos) = work.queued.remove(&(exec_id.to_string(), unit.clone())) {
             work.queue.remove(&pos);
         }
+    }
+}
+
+/// Puts `unit` of `exec_id` in the task queue when it is `queued` (since
+/// when, its task), behind everything queued before; takes it out
+/// otherwise. `ordinal` is the engine's counter of queue places.
+fn sync_queue(
+    work: &mut Work,
+    ordinal: &mut u64,
+    exec_id: &str,
+    unit: &str,
+    queued: Option<(Millis, String)>,
+) {
+    let key = (exec_id.to_string(), unit.to_string());
+    if let Some(pos) = work.queued.remove(&key) {
+        work.queue.remove(&pos);
+    }
+    if let Some((since, task)) = queued {
+        *ordinal += 1;
+        let pos = (since, *ordinal);
+        work.queued.insert(key, pos);
+        work.queue.insert(
+            pos,
+            Queued {
+                execution_id: exec_id.to_string(),
+                unit: unit.to_string(),
+                task,
+            },
+        );
     }
 }
 
@@ -405,10 +434,18 @@ impl Engine {
                 _ => {}
             }
         }
+        // One look-up of the execution for all its units.
+        let e = self.executions.get(exec_id);
         for unit in units {
-            self.sync_queue(exec_id, unit);
+            let queued = e
+                .and_then(|e| e.proj.units.get(unit))
+                .and_then(|u| match u.state {
+                    UnitState::Queued { since } => Some((since, u.task.clone())),
+                    _ => None,
+                });
+            sync_queue(&mut self.work, &mut self.ordinal, exec_id, unit, queued);
         }
-        if let Some(e) = self.executions.get(exec_id) {
+        if let Some(e) = e {
             if e.proj.status.is_terminal() {
                 unindex(&mut self.work, exec_id, &e.proj);
             }
@@ -418,33 +455,6 @@ impl Engine {
     /// Removes every index entry of an execution.
     pub(super) fn unindex(&mut self, exec_id: &str, p: &Projection) {
         unindex(&mut self.work, exec_id, p);
-    }
-
-    fn sync_queue(&mut self, exec_id: &str, unit: &str) {
-        let key = (exec_id.to_string(), unit.to_string());
-        let queued = self
-            .executions
-            .get(exec_id)
-            .and_then(|e| e.proj.units.get(unit))
-            .and_then(|u| match u.state {
-                UnitState::Queued { since } => Some((since, u.task.clone())),
-                _ => None,
-            });
-        if let Some(pos) = self.work.queued.remove(&key) {
-            self.work.queue.remove(&pos);
-        }
-        if let Some((since, task)) = queued {
-            let pos = (since, self.next_ordinal());
-            self.work.queued.insert(key, pos);
-            self.work.queue.insert(
-                pos,
-                Queued {
-                    execution_id: exec_id.to_string(),
-                    unit: unit.to_string(),
-                    task,
-                },
-            );
-        }
     }
 
     /// Installs an execution rebuilt from its stored history.
