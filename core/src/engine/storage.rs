@@ -320,8 +320,7 @@ impl Engine {
             });
         }
         for (id, settled) in touched.iter().zip(settled) {
-            self.watch_idle(id);
-            self.refresh_settled(id, settled);
+            self.refresh_settled(id, settled, true);
         }
         for id in touched.iter().chain(&recorded) {
             self.retire(id);
@@ -331,14 +330,25 @@ impl Engine {
     /// Re-decides an execution after its batch: waiting requests first, then
     /// orphaned dispatches, then whatever the decider finds due.
     pub(super) fn refresh(&mut self, exec_id: &str) {
-        self.refresh_settled(exec_id, None);
+        self.refresh_settled(exec_id, None, false);
     }
 
-    /// [`Engine::refresh`] right after a commit: `settled`, the decider's
-    /// last answer on the committed draft, stands for the decider's answer
-    /// while it holds ([`Settled::decision`]).
-    fn refresh_settled(&mut self, exec_id: &str, settled: Option<Settled>) {
-        self.drain_waiting(exec_id);
+    /// [`Engine::refresh`] right after a commit (`committed`: the
+    /// execution was active now, see [`Engine::watch_idle`]): `settled`,
+    /// the decider's last answer on the committed draft, stands for the
+    /// decider's answer while it holds ([`Settled::decision`]).
+    fn refresh_settled(&mut self, exec_id: &str, settled: Option<Settled>, committed: bool) {
+        let (now, idle_after) = (self.now, self.config.idle_evict_ms);
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        if let Some(after) = idle_after.filter(|_| committed) {
+            super::idle::watch(&mut self.idle, e, exec_id, now, after);
+        }
+        // Requests waiting for it run first.
+        if !e.blocked() && !e.waiting.is_empty() {
+            self.drain_waiting(exec_id);
+        }
         let Some(e) = self.executions.get(exec_id) else {
             return;
         };
@@ -351,8 +361,10 @@ impl Engine {
             self.admission.needed = true;
             return;
         }
-        // Recording orphans changes no committed projection.
-        let known = settled.and_then(|s| s.decision(&e.proj, self.now));
+        // Recording orphans changes no committed projection: the decision
+        // is taken from this look-up when there are none to record.
+        let known = settled.and_then(|s| s.decision(&e.proj, now));
+        let fresh = (known.is_none() && self.work.orphans.is_empty()).then(|| self.decision_on(e));
         if self.orphans_of(exec_id) {
             return;
         }
@@ -360,7 +372,7 @@ impl Engine {
             known.is_none() || known == self.committed_decision(exec_id),
             "a settled draft's answer must be the decider's"
         );
-        let decision = known.or_else(|| self.committed_decision(exec_id));
+        let decision = known.or(fresh).or_else(|| self.committed_decision(exec_id));
         if decision.as_ref().is_none_or(|d| {
             d.events.is_empty() && d.start_children.is_empty() && d.cancel_children.is_empty()
         }) {
