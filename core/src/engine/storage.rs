@@ -137,7 +137,7 @@ impl Engine {
                 let ids: Vec<String> = txn
                     .drafts
                     .iter()
-                    .filter(|(_, d)| !d.events.is_empty())
+                    .filter(|(_, d)| !d.sent.is_empty())
                     .map(|(id, _)| id.clone())
                     .collect();
                 if ids.is_empty() {
@@ -262,7 +262,7 @@ impl Engine {
         // Finished children whose parent just recorded their outcome.
         let mut recorded = Vec::new();
         for (exec_id, d) in txn.drafts {
-            if d.events.is_empty() {
+            if d.sent.is_empty() {
                 continue;
             }
             let Some(e) = self.executions.get_mut(&exec_id) else {
@@ -275,8 +275,8 @@ impl Engine {
             e.proj = d.proj;
             e.def = d.def;
             e.busy = None;
-            self.index(&exec_id, &d.events);
-            for ev in &d.events {
+            self.index(&exec_id, &d.sent);
+            for ev in d.sent.iter() {
                 if let EventKind::ChildCompleted { child_id, .. }
                 | EventKind::ChildFailed { child_id, .. } = &ev.kind
                 {
@@ -294,7 +294,7 @@ impl Engine {
                 !self.admission.pending.is_empty() && !was_new && before == Status::Pending;
             self.out.push(Effect::Committed {
                 execution_id: exec_id.clone(),
-                events: d.events,
+                events: d.sent,
             });
             touched.push(exec_id);
         }
@@ -569,7 +569,7 @@ impl Engine {
                 if pid != id {
                     continue;
                 }
-                let ours = draft.events.iter().find(|e| e.seq == *seq);
+                let ours = draft.sent.iter().find(|e| e.seq == *seq);
                 let theirs = usize::try_from(seq.saturating_sub(1))
                     .ok()
                     .and_then(|at| stored.events.get(at))
