@@ -10,7 +10,7 @@ use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
 use crate::history::{Event, EventKind, Millis, Projection, Status, UnitState};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The starts of `txn` that created an id the store turned out to hold
 /// (`stale`): their replies are taken out of the batch, and they run again
@@ -32,10 +32,14 @@ fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
         work.tokens.remove(token);
         work.orphans.remove(token);
     }
-    for unit in p.units.keys() {
-        if let Some(pos) = work.queued.remove(&(exec_id.to_string(), unit.clone())) {
-            work.queue.remove(&pos);
-        }
+    // Its queue places (only units of `p` were ever queued).
+    for pos in work
+        .queued
+        .remove(exec_id)
+        .into_iter()
+        .flat_map(|m| m.into_values())
+    {
+        work.queue.remove(&pos);
     }
 }
 
@@ -49,14 +53,24 @@ fn sync_queue(
     unit: &str,
     queued: Option<(Millis, String)>,
 ) {
-    let key = (exec_id.to_string(), unit.to_string());
-    if let Some(pos) = work.queued.remove(&key) {
+    let mut units = work.queued.get_mut(exec_id);
+    if let Some(pos) = units.as_mut().and_then(|units| units.remove(unit)) {
         work.queue.remove(&pos);
     }
     if let Some((since, task)) = queued {
         *ordinal += 1;
         let pos = (since, *ordinal);
-        work.queued.insert(key, pos);
+        match units {
+            Some(units) => {
+                units.insert(unit.to_string(), pos);
+            }
+            None => {
+                work.queued.insert(
+                    exec_id.to_string(),
+                    BTreeMap::from([(unit.to_string(), pos)]),
+                );
+            }
+        }
         work.queue.insert(
             pos,
             Queued {
