@@ -275,6 +275,9 @@ impl Engine {
         let mut settled = Vec::new();
         // Finished children whose parent just recorded their outcome.
         let mut recorded = Vec::new();
+        // The touched executions that ended (nothing below changes a
+        // committed status or takes an execution out of memory).
+        let mut ended = Vec::new();
         for (exec_id, d) in txn.drafts {
             if d.sent.is_empty() {
                 continue;
@@ -286,6 +289,7 @@ impl Engine {
             let was_new = e.proj.last_seq == 0;
             let changed = was_new || d.proj.status != before;
             settled.push(d.settled);
+            ended.push(d.proj.status.is_terminal());
             e.proj = d.proj;
             e.def = d.def;
             e.busy = None;
@@ -336,7 +340,12 @@ impl Engine {
         for (id, settled) in touched.iter().zip(settled) {
             self.refresh_settled(id, settled, true);
         }
-        for id in touched.iter().chain(&recorded) {
+        for (id, ended) in touched.into_iter().zip(ended) {
+            if ended {
+                self.finished.push_back(id);
+            }
+        }
+        for id in &recorded {
             self.retire(id);
         }
     }
