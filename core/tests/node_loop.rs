@@ -328,14 +328,14 @@ fn an_ambiguous_group_commit_reloads_every_execution_in_it() {
         load: la,
         result: Ok(vec![StoredExecution {
             execution_id: "a".into(),
-            events: first.batches[0].executions[0].events.clone(),
+            events: first.batches[0].executions[0].events.to_vec(),
         }]),
     });
     h.feed(NodeInput::Loaded {
         load: lb,
         result: Ok(vec![StoredExecution {
             execution_id: "b".into(),
-            events: landed,
+            events: landed.to_vec(),
         }]),
     });
     h.feed(NodeInput::Loaded {
@@ -388,7 +388,7 @@ fn a_failed_load_is_tried_again_with_a_doubling_delay() {
         load: id,
         result: Ok(vec![StoredExecution {
             execution_id: "a".into(),
-            events: first.batches[0].executions[0].events.clone(),
+            events: first.batches[0].executions[0].events.to_vec(),
         }]),
     });
     assert_eq!(h.replies.get(&a), Some(&201));

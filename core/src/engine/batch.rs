@@ -41,8 +41,10 @@ pub struct ExecutionAppend {
     /// The writer's epoch (cluster shared mode); storage refuses the batch
     /// (`Conflict`, `fenced:`) when the execution's owner epoch differs.
     pub epoch: Option<u64>,
-    /// The events, seq `expected_last_seq + 1 ..`, contiguous.
-    pub events: Vec<Event>,
+    /// The events, seq `expected_last_seq + 1 ..`, contiguous (shared
+    /// with the engine, which announces them in `Effect::Committed` once
+    /// they are durable).
+    pub events: std::sync::Arc<[Event]>,
     /// The execution's projection after these events (replace the row).
     pub summary: Summary,
 }

@@ -44,8 +44,9 @@ pub enum Effect {
     Committed {
         /// Execution id.
         execution_id: String,
-        /// The newly committed events.
-        events: Vec<Event>,
+        /// The newly committed events (those the batch wrote, shared with
+        /// it).
+        events: std::sync::Arc<[Event]>,
     },
 }
 

@@ -21,6 +21,7 @@
 //! the outcome from memory as if it had stayed.
 
 use super::load::LoadId;
+use super::state::Exec;
 use super::{Engine, TICK_MS};
 use crate::history::{DispatchState, Millis, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +29,16 @@ use std::collections::{BTreeMap, BTreeSet};
 /// How many busy executions one tick looks at, beyond the excess, when
 /// memory is over its cap.
 const PRESSURE_LOOK: usize = 256;
+
+/// [`Engine::watch_idle`] on `e` (`exec_id`), active at `now`, evicted
+/// `after` that long idle.
+pub(super) fn watch(idle: &mut Idle, e: &mut Exec, exec_id: &str, now: Millis, after: Millis) {
+    e.active_at = now;
+    if !e.idle_watched {
+        e.idle_watched = true;
+        idle.checks.insert((now + after, exec_id.to_string()));
+    }
+}
 
 /// What the engine keeps of evicted executions, and when to look at the
 /// others again.
@@ -55,11 +66,7 @@ impl Engine {
         let Some(e) = self.executions.get_mut(exec_id) else {
             return;
         };
-        e.active_at = now;
-        if !e.idle_watched {
-            e.idle_watched = true;
-            self.idle.checks.insert((now + after, exec_id.to_string()));
-        }
+        watch(&mut self.idle, e, exec_id, now, after);
     }
 
     /// Evicts the executions that have been idle long enough; looks again

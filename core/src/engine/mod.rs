@@ -104,8 +104,9 @@ pub struct Engine {
     out: Vec<Effect>,
     last_wake: Option<Millis>,
     ordinal: u64,
-    /// Executions in memory, by id.
-    executions: BTreeMap<String, Exec>,
+    /// Executions in memory, by id (boxed: a map node holds eleven, and
+    /// an insert or removal moves its neighbours).
+    executions: BTreeMap<String, Box<Exec>>,
     /// Executions to decide again before the next batch.
     dirty: BTreeSet<String>,
     /// (time, execution) of every timer, retry and deadline due.
@@ -299,11 +300,6 @@ impl Engine {
 
     fn reply(&mut self, request: RequestId, response: Response) {
         self.out.push(Effect::Reply { request, response });
-    }
-
-    fn next_ordinal(&mut self) -> u64 {
-        self.ordinal += 1;
-        self.ordinal
     }
 
     /// Queues `request` behind the batch in flight for `exec_id`.

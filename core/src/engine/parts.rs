@@ -46,8 +46,9 @@ pub(super) struct Work {
     pub lost_handouts: BTreeMap<String, String>,
     /// The task queue, oldest first.
     pub queue: BTreeMap<(Millis, u64), Queued>,
-    /// (execution, unit) → its place in the queue.
-    pub queued: BTreeMap<(String, String), (Millis, u64)>,
+    /// Execution → unit → its place in the queue (an execution's map
+    /// stays, empty or not, until its index entries are removed).
+    pub queued: BTreeMap<String, BTreeMap<String, (Millis, u64)>>,
     /// Long polls parked until tasks are handed to them or their deadline.
     pub polls: BTreeMap<RequestId, ParkedPoll>,
     /// `wait` calls parked until their execution ends or their deadline.

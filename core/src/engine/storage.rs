@@ -5,11 +5,12 @@
 use super::batch::{BatchId, StorageResult, StoredExecution};
 use super::effect::{Effect, Response};
 use super::input::{Request, RequestId};
+use super::parts::Work;
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
-use crate::history::{Event, EventKind, Projection, Status, UnitState};
-use std::collections::BTreeSet;
+use crate::history::{Event, EventKind, Millis, Projection, Status, UnitState};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The starts of `txn` that created an id the store turned out to hold
 /// (`stale`): their replies are taken out of the batch, and they run again
@@ -22,6 +23,63 @@ fn creates_to_run_again(txn: &mut Txn, stale: &[String]) -> Vec<(String, Request
     txn.replies
         .retain(|r| !again.iter().any(|(_, rid, _)| *rid == r.request));
     again
+}
+
+/// Removes every index entry of an execution (`p`, its projection) from
+/// the workers' side.
+fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
+    for token in p.tokens.keys() {
+        work.tokens.remove(token);
+        work.orphans.remove(token);
+    }
+    // Its queue places (only units of `p` were ever queued).
+    for pos in work
+        .queued
+        .remove(exec_id)
+        .into_iter()
+        .flat_map(|m| m.into_values())
+    {
+        work.queue.remove(&pos);
+    }
+}
+
+/// Puts `unit` of `exec_id` in the task queue when it is `queued` (since
+/// when, its task), behind everything queued before; takes it out
+/// otherwise. `ordinal` is the engine's counter of queue places.
+fn sync_queue(
+    work: &mut Work,
+    ordinal: &mut u64,
+    exec_id: &str,
+    unit: &str,
+    queued: Option<(Millis, String)>,
+) {
+    let mut units = work.queued.get_mut(exec_id);
+    if let Some(pos) = units.as_mut().and_then(|units| units.remove(unit)) {
+        work.queue.remove(&pos);
+    }
+    if let Some((since, task)) = queued {
+        *ordinal += 1;
+        let pos = (since, *ordinal);
+        match units {
+            Some(units) => {
+                units.insert(unit.to_string(), pos);
+            }
+            None => {
+                work.queued.insert(
+                    exec_id.to_string(),
+                    BTreeMap::from([(unit.to_string(), pos)]),
+                );
+            }
+        }
+        work.queue.insert(
+            pos,
+            Queued {
+                execution_id: exec_id.to_string(),
+                unit: unit.to_string(),
+                task,
+            },
+        );
+    }
 }
 
 fn storage_error(message: &str) -> Response {
@@ -93,7 +151,7 @@ impl Engine {
                 let ids: Vec<String> = txn
                     .drafts
                     .iter()
-                    .filter(|(_, d)| !d.events.is_empty())
+                    .filter(|(_, d)| !d.sent.is_empty())
                     .map(|(id, _)| id.clone())
                     .collect();
                 if ids.is_empty() {
@@ -217,8 +275,11 @@ impl Engine {
         let mut settled = Vec::new();
         // Finished children whose parent just recorded their outcome.
         let mut recorded = Vec::new();
+        // The touched executions that ended (nothing below changes a
+        // committed status or takes an execution out of memory).
+        let mut ended = Vec::new();
         for (exec_id, d) in txn.drafts {
-            if d.events.is_empty() {
+            if d.sent.is_empty() {
                 continue;
             }
             let Some(e) = self.executions.get_mut(&exec_id) else {
@@ -228,11 +289,12 @@ impl Engine {
             let was_new = e.proj.last_seq == 0;
             let changed = was_new || d.proj.status != before;
             settled.push(d.settled);
+            ended.push(d.proj.status.is_terminal());
             e.proj = d.proj;
             e.def = d.def;
             e.busy = None;
-            self.index(&exec_id, &d.events);
-            for ev in &d.events {
+            self.index(&exec_id, &d.sent);
+            for ev in d.sent.iter() {
                 if let EventKind::ChildCompleted { child_id, .. }
                 | EventKind::ChildFailed { child_id, .. } = &ev.kind
                 {
@@ -250,7 +312,7 @@ impl Engine {
                 !self.admission.pending.is_empty() && !was_new && before == Status::Pending;
             self.out.push(Effect::Committed {
                 execution_id: exec_id.clone(),
-                events: d.events,
+                events: d.sent,
             });
             touched.push(exec_id);
         }
@@ -276,10 +338,14 @@ impl Engine {
             });
         }
         for (id, settled) in touched.iter().zip(settled) {
-            self.watch_idle(id);
-            self.refresh_settled(id, settled);
+            self.refresh_settled(id, settled, true);
         }
-        for id in touched.iter().chain(&recorded) {
+        for (id, ended) in touched.into_iter().zip(ended) {
+            if ended {
+                self.finished.push_back(id);
+            }
+        }
+        for id in &recorded {
             self.retire(id);
         }
     }
@@ -287,14 +353,25 @@ impl Engine {
     /// Re-decides an execution after its batch: waiting requests first, then
     /// orphaned dispatches, then whatever the decider finds due.
     pub(super) fn refresh(&mut self, exec_id: &str) {
-        self.refresh_settled(exec_id, None);
+        self.refresh_settled(exec_id, None, false);
     }
 
-    /// [`Engine::refresh`] right after a commit: `settled`, the decider's
-    /// last answer on the committed draft, stands for the decider's answer
-    /// while it holds ([`Settled::decision`]).
-    fn refresh_settled(&mut self, exec_id: &str, settled: Option<Settled>) {
-        self.drain_waiting(exec_id);
+    /// [`Engine::refresh`] right after a commit (`committed`: the
+    /// execution was active now, see [`Engine::watch_idle`]): `settled`,
+    /// the decider's last answer on the committed draft, stands for the
+    /// decider's answer while it holds ([`Settled::decision`]).
+    fn refresh_settled(&mut self, exec_id: &str, settled: Option<Settled>, committed: bool) {
+        let (now, idle_after) = (self.now, self.config.idle_evict_ms);
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        if let Some(after) = idle_after.filter(|_| committed) {
+            super::idle::watch(&mut self.idle, e, exec_id, now, after);
+        }
+        // Requests waiting for it run first.
+        if !e.blocked() && !e.waiting.is_empty() {
+            self.drain_waiting(exec_id);
+        }
         let Some(e) = self.executions.get(exec_id) else {
             return;
         };
@@ -307,19 +384,18 @@ impl Engine {
             self.admission.needed = true;
             return;
         }
+        // Recording orphans changes no committed projection: the decision
+        // is taken from this look-up when there are none to record.
+        let known = settled.and_then(|s| s.decision(&e.proj, now));
+        let fresh = (known.is_none() && self.work.orphans.is_empty()).then(|| self.decision_on(e));
         if self.orphans_of(exec_id) {
             return;
         }
-        let now = self.now;
-        let known = settled.and_then(|s| {
-            let e = self.executions.get(exec_id)?;
-            s.decision(&e.proj, now)
-        });
         debug_assert!(
             known.is_none() || known == self.committed_decision(exec_id),
             "a settled draft's answer must be the decider's"
         );
-        let decision = known.or_else(|| self.committed_decision(exec_id));
+        let decision = known.or(fresh).or_else(|| self.committed_decision(exec_id));
         if decision.as_ref().is_none_or(|d| {
             d.events.is_empty() && d.start_children.is_empty() && d.cancel_children.is_empty()
         }) {
@@ -361,7 +437,7 @@ impl Engine {
 
     /// Updates the indexes (tokens, task queue) after committed events.
     pub(super) fn index(&mut self, exec_id: &str, events: &[Event]) {
-        let mut units = BTreeSet::new();
+        let mut units: BTreeSet<&str> = BTreeSet::new();
         for ev in events {
             match &ev.kind {
                 EventKind::StepDispatched {
@@ -381,72 +457,39 @@ impl Engine {
                             dispatched_at: ev.at,
                         },
                     );
-                    units.insert(step.clone());
+                    units.insert(step);
                 }
                 EventKind::StepScheduled { step, .. }
                 | EventKind::StepSucceeded { step, .. }
                 | EventKind::StepFailed { step, .. }
                 | EventKind::StepAttemptFailed { step, .. }
                 | EventKind::StepAttemptUncertain { step, .. } => {
-                    units.insert(step.clone());
+                    units.insert(step);
                 }
                 _ => {}
             }
         }
+        // One look-up of the execution for all its units.
+        let e = self.executions.get(exec_id);
         for unit in units {
-            self.sync_queue(exec_id, &unit);
+            let queued = e
+                .and_then(|e| e.proj.units.get(unit))
+                .and_then(|u| match u.state {
+                    UnitState::Queued { since } => Some((since, u.task.clone())),
+                    _ => None,
+                });
+            sync_queue(&mut self.work, &mut self.ordinal, exec_id, unit, queued);
         }
-        let terminal = self
-            .executions
-            .get(exec_id)
-            .is_some_and(|e| e.proj.status.is_terminal());
-        if terminal {
-            if let Some(e) = self.executions.get(exec_id) {
-                let p = e.proj.clone();
-                self.unindex(exec_id, &p);
+        if let Some(e) = e {
+            if e.proj.status.is_terminal() {
+                unindex(&mut self.work, exec_id, &e.proj);
             }
         }
     }
 
     /// Removes every index entry of an execution.
     pub(super) fn unindex(&mut self, exec_id: &str, p: &Projection) {
-        for token in p.tokens.keys() {
-            self.work.tokens.remove(token);
-            self.work.orphans.remove(token);
-        }
-        for unit in p.units.keys() {
-            if let Some(pos) = self
-                .work
-                .queued
-                .remove(&(exec_id.to_string(), unit.clone()))
-            {
-                self.work.queue.remove(&pos);
-            }
-        }
-    }
-
-    fn sync_queue(&mut self, exec_id: &str, unit: &str) {
-        let key = (exec_id.to_string(), unit.to_string());
-        let state = self
-            .executions
-            .get(exec_id)
-            .and_then(|e| e.proj.units.get(unit))
-            .map(|u| (u.state.clone(), u.task.clone()));
-        if let Some(pos) = self.work.queued.remove(&key) {
-            self.work.queue.remove(&pos);
-        }
-        if let Some((UnitState::Queued { since }, task)) = state {
-            let pos = (since, self.next_ordinal());
-            self.work.queued.insert(key, pos);
-            self.work.queue.insert(
-                pos,
-                Queued {
-                    execution_id: exec_id.to_string(),
-                    unit: unit.to_string(),
-                    task,
-                },
-            );
-        }
+        unindex(&mut self.work, exec_id, p);
     }
 
     /// Installs an execution rebuilt from its stored history.
@@ -497,7 +540,7 @@ impl Engine {
         self.set_wake(&id, None);
         self.executions.insert(
             id.clone(),
-            Exec {
+            Box::new(Exec {
                 proj,
                 def,
                 busy,
@@ -506,7 +549,7 @@ impl Engine {
                 wake: None,
                 active_at: self.now,
                 idle_watched,
-            },
+            }),
         );
         self.index(&id, &stored.events);
         self.returned(&id);
@@ -554,7 +597,7 @@ impl Engine {
                 if pid != id {
                     continue;
                 }
-                let ours = draft.events.iter().find(|e| e.seq == *seq);
+                let ours = draft.sent.iter().find(|e| e.seq == *seq);
                 let theirs = usize::try_from(seq.saturating_sub(1))
                     .ok()
                     .and_then(|at| stored.events.get(at))

@@ -2,6 +2,7 @@
 //! poll responses, the recovery window, and executions with something due.
 
 use super::decide::{self, attempt_failed, call_for, Context};
+use super::state::Exec;
 use super::txn::{child_view, Txn};
 use super::{Bug, Engine, TICK_MS};
 use crate::history::{ErrorInfo, EventKind, Millis};
@@ -240,6 +241,11 @@ impl Engine {
     /// What the decider proposes for the committed state of `exec_id`.
     pub(super) fn committed_decision(&self, exec_id: &str) -> Option<decide::Decision> {
         let e = self.executions.get(exec_id)?;
+        Some(self.decision_on(e))
+    }
+
+    /// What the decider proposes for `e`, an execution in memory.
+    pub(super) fn decision_on(&self, e: &Exec) -> decide::Decision {
         let execs = &self.executions;
         let children = |cid: &str| execs.get(cid).map(|c| child_view(&c.proj));
         let cx = Context {
@@ -247,21 +253,24 @@ impl Engine {
             now: self.now,
             children: &children,
         };
-        Some(decide::decide(&cx, &e.proj))
+        decide::decide(&cx, &e.proj)
     }
 
     /// Records when `exec_id` next needs the decider.
     pub(super) fn set_wake(&mut self, exec_id: &str, wake: Option<Millis>) {
-        if let Some(e) = self.executions.get_mut(exec_id) {
-            if let Some(old) = e.wake.take() {
-                self.wakes.remove(&(old, exec_id.to_string()));
-            }
-            e.wake = wake;
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        // The same wake-up again leaves its entry where it is.
+        if e.wake == wake {
+            return;
         }
+        if let Some(old) = e.wake.take() {
+            self.wakes.remove(&(old, exec_id.to_string()));
+        }
+        e.wake = wake;
         if let Some(t) = wake {
-            if self.executions.contains_key(exec_id) {
-                self.wakes.insert((t, exec_id.to_string()));
-            }
+            self.wakes.insert((t, exec_id.to_string()));
         }
     }
 

@@ -23,6 +23,9 @@ pub(crate) struct Draft {
     pub proj: Projection,
     /// Proposed events.
     pub events: Vec<Event>,
+    /// The events once the batch is submitted (moved out of `events`,
+    /// shared with the batch).
+    pub sent: Arc<[Event]>,
     /// Last committed seq.
     pub base_seq: u64,
     /// Pinned definition.
@@ -81,8 +84,9 @@ pub(crate) struct PendingReply {
 /// A batch under construction, then in flight.
 #[derive(Default)]
 pub(crate) struct Txn {
-    /// Drafts by execution id.
-    pub drafts: BTreeMap<String, Draft>,
+    /// Drafts by execution id (boxed: a map node holds eleven, and most
+    /// batches hold one).
+    pub drafts: BTreeMap<String, Box<Draft>>,
     /// Definitions to register.
     pub definitions: Vec<DefinitionRecord>,
     /// Idempotency records.
@@ -107,7 +111,9 @@ pub(crate) struct Txn {
 impl Txn {
     /// True when the batch would write nothing.
     pub fn is_empty(&self) -> bool {
-        self.drafts.values().all(|d| d.events.is_empty())
+        self.drafts
+            .values()
+            .all(|d| d.events.is_empty() && d.sent.is_empty())
             && self.definitions.is_empty()
             && self.idempotency.is_empty()
     }
@@ -147,13 +153,14 @@ impl Engine {
         }
         txn.drafts.insert(
             exec_id.to_string(),
-            Draft {
+            Box::new(Draft {
                 proj: e.proj.clone(),
                 events: Vec::new(),
+                sent: Arc::default(),
                 base_seq: e.proj.last_seq,
                 def: e.def.clone(),
                 settled: None,
-            },
+            }),
         );
         true
     }
@@ -162,13 +169,14 @@ impl Engine {
     pub(crate) fn draft_new(&self, txn: &mut Txn, exec_id: &str, def: Arc<DefinitionRecord>) {
         txn.drafts.insert(
             exec_id.to_string(),
-            Draft {
+            Box::new(Draft {
                 proj: Projection::new(exec_id),
                 events: Vec::new(),
+                sent: Arc::default(),
                 base_seq: 0,
                 def,
                 settled: None,
-            },
+            }),
         );
     }
 
@@ -352,15 +360,18 @@ impl Engine {
         self.writes.next += 1;
         let id = self.writes.next;
         let mut executions = Vec::new();
-        for (exec_id, d) in &txn.drafts {
-            if d.events.is_empty() {
+        for (exec_id, d) in &mut txn.drafts {
+            if !d.events.is_empty() {
+                d.sent = std::mem::take(&mut d.events).into();
+            }
+            if d.sent.is_empty() {
                 continue;
             }
             executions.push(ExecutionAppend {
                 execution_id: exec_id.clone(),
                 expected_last_seq: d.base_seq,
                 epoch: self.config.epoch,
-                events: d.events.clone(),
+                events: d.sent.clone(),
                 summary: summary(&d.proj),
             });
             match self.executions.get_mut(exec_id) {
@@ -368,7 +379,7 @@ impl Engine {
                 None => {
                     self.executions.insert(
                         exec_id.clone(),
-                        Exec {
+                        Box::new(Exec {
                             proj: Projection::new(exec_id),
                             def: d.def.clone(),
                             busy: Some(id),
@@ -377,7 +388,7 @@ impl Engine {
                             wake: None,
                             active_at: self.now,
                             idle_watched: false,
-                        },
+                        }),
                     );
                 }
             }

@@ -199,9 +199,11 @@ impl Engine {
             return self.attach(token, session_id, false);
         }
         let reason = ended.or_else(|| {
+            if self.work.sessions.contains_key(session_id) {
+                return None;
+            }
             let worker = &self.work.tokens.get(token)?.worker_id;
-            (!self.work.sessions.contains_key(session_id))
-                .then(|| format!("worker `{worker}` stopped responding"))
+            Some(format!("worker `{worker}` stopped responding"))
         });
         match reason {
             Some(reason) if self.work.tokens.contains_key(token) => {

@@ -130,7 +130,7 @@ pub enum Io {
         /// The execution.
         execution_id: String,
         /// Its new events, by `seq`.
-        events: Vec<Event>,
+        events: std::sync::Arc<[Event]>,
     },
 }
 

@@ -87,7 +87,7 @@ pub fn append(id: &str, after_seq: u64, last: u64) -> Append {
         execution_id: id.to_owned(),
         after_seq,
         fence: None,
-        events: events(after_seq + 1, last),
+        events: events(after_seq + 1, last).into(),
         projection: row(id, "running", last),
     }
 }
@@ -275,7 +275,7 @@ pub async fn gap_in_seq_is_a_conflict(store: &dyn Storage) -> Result<(), Violati
         .await
         .map_err(io(C))?;
     let mut bad = append(&a, 1, 3);
-    bad.events.remove(0);
+    bad.events = bad.events[1..].into();
     let r = store.commit(&tx(vec![bad])).await;
     ensure!(
         C,

@@ -73,8 +73,8 @@ pub struct Append {
     pub after_seq: u64,
     /// Ownership check; `None` on a single node.
     pub fence: Option<Fence>,
-    /// The new events, contiguous.
-    pub events: Vec<Event>,
+    /// The new events, contiguous (shared with the engine's batch).
+    pub events: std::sync::Arc<[Event]>,
     /// The projection after these events.
     pub projection: ExecutionRow,
 }

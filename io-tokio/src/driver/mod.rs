@@ -50,7 +50,7 @@ pub struct Committed {
     /// The execution.
     pub execution_id: String,
     /// The new events, by `seq`.
-    pub events: Vec<Event>,
+    pub events: std::sync::Arc<[Event]>,
 }
 
 pub(crate) enum Command {

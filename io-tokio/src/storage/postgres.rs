@@ -351,7 +351,7 @@ impl PostgresStore {
         let mut types = Vec::with_capacity(count);
         let mut bodies = Vec::with_capacity(count);
         for append in appends {
-            for event in &append.events {
+            for event in append.events.iter() {
                 ids.push(append.execution_id.as_str());
                 seqs.push(to_i64(event.seq));
                 ats.push(to_i64(event.at));

@@ -235,7 +235,7 @@ impl SqliteStore {
         }
         let mut rows = Vec::with_capacity(count);
         for append in appends {
-            for event in &append.events {
+            for event in append.events.iter() {
                 let body = encode(event)?;
                 let ty = type_of(&body);
                 rows.push((
@@ -901,7 +901,7 @@ mod tests {
         let mut want = a.projection.clone();
         want.last_seq = 3;
         assert_eq!(got.row, want);
-        assert_eq!(got.events, a.events);
+        assert_eq!(got.events[..], a.events[..]);
         let events: Vec<(String, i64, i64, String)> =
             sqlx::query_as("SELECT execution_id, seq, at, type FROM events ORDER BY 1, 2")
                 .fetch_all(&store.readers)

@@ -144,7 +144,7 @@ impl Follow {
                     return Some((Ok(sse), f));
                 }
                 match f.live.recv().await {
-                    Ok(c) if c.execution_id == f.id => f.queue.extend(c.events),
+                    Ok(c) if c.execution_id == f.id => f.queue.extend(c.events.iter().cloned()),
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         // Missed some: read them back from the store.

@@ -179,7 +179,7 @@ fn finished(i: u64, at: u64, hash: &str) -> Append {
             updated_at: at + 5,
             last_seq: 6,
         },
-        events,
+        events: events.into(),
     }
 }
 
