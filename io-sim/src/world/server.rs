@@ -502,7 +502,7 @@ impl World {
                 .collect();
             println!("          commit {} {ids:?} -> {result:?}", commit.id);
             for a in commit.batches.iter().flat_map(|b| &b.executions) {
-                for e in &a.events {
+                for e in a.events.iter() {
                     let line = orbit_core::history::logs::format_event(
                         &a.execution_id,
                         super::EPOCH_MS,
