@@ -92,6 +92,22 @@ fn a_finished_execution_leaves_memory_once_its_final_batch_commits() {
 }
 
 #[test]
+fn a_worker_session_forgets_the_tokens_of_executions_that_left_memory() {
+    let mut w = forgetful();
+    let s = w.register("w-1", &["demo.*"]);
+    for i in 0..20 {
+        let id = format!("t-{i}");
+        w.start("Plain", &id, json!({"n": i}));
+        let t = w.take(&s);
+        assert_eq!(w.engine.tokens_held(), 1, "the one task out");
+        assert_eq!(w.succeed(&t.token, json!({"n": i})), accepted());
+        assert_eq!(w.status(&id), "completed");
+    }
+    assert_eq!(w.engine.executions_in_memory(), 0);
+    assert_eq!(w.engine.tokens_held(), 0, "nothing kept of 20 deliveries");
+}
+
+#[test]
 fn the_recent_finished_executions_stay_up_to_the_cache_size() {
     let mut w = World::new(Config {
         finished_cache: 2,

@@ -29,7 +29,12 @@ fn creates_to_run_again(txn: &mut Txn, stale: &[String]) -> Vec<(String, Request
 /// the workers' side.
 fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
     for token in p.tokens.keys() {
-        work.tokens.remove(token);
+        // The session that held it forgets it too: a long-lived worker
+        // session must not keep every token it was ever handed.
+        let session = work.tokens.remove(token).and_then(|t| t.session);
+        if let Some(s) = session.and_then(|s| work.sessions.get_mut(&s)) {
+            s.tokens.remove(token);
+        }
         work.orphans.remove(token);
     }
     // Its queue places (only units of `p` were ever queued).

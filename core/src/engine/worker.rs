@@ -58,6 +58,13 @@ impl Engine {
         );
     }
 
+    /// Tokens noted as held, over every worker session: bounded by the
+    /// deliveries of executions in memory, not by all a session was ever
+    /// handed.
+    pub fn tokens_held(&self) -> usize {
+        self.work.sessions.values().map(|s| s.tokens.len()).sum()
+    }
+
     /// Marks `token` as held by `session` (a listing or a delivery).
     pub(super) fn attach(&mut self, token: &str, session_id: &str, confirmed: bool) {
         let Some(t) = self.work.tokens.get_mut(token) else {
