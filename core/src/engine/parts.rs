@@ -35,8 +35,10 @@ pub(super) struct Work {
     pub sessions: BTreeMap<String, Session>,
     /// Tokens of attempts in flight.
     pub tokens: BTreeMap<String, TokenRef>,
-    /// Hand-outs recovered from the store whose worker has not been heard
-    /// from since, by the time they were recovered.
+    /// Hand-outs no worker has confirmed yet (listed in a poll or a
+    /// heartbeat), fresh or recovered from the store, by the time they were
+    /// handed out or recovered: one still unconfirmed a session timeout
+    /// later never arrived.
     pub unconfirmed: BTreeSet<(Millis, String)>,
     /// Tokens whose attempt became uncertain, with the reason, waiting to
     /// be recorded.
