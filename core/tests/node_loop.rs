@@ -80,6 +80,7 @@ impl Harness {
                 }
                 Io::WakeAt(t) => self.wake = Some(t),
                 Io::Committed { .. } => {}
+                other => panic!("a one-server node asked for {other:?}"),
             }
         }
         // What the engine does not hold is not in this harness's store

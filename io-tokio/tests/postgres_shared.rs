@@ -86,6 +86,7 @@ async fn concurrent_claims_from_many_servers_take_each_row_once() {
             let server = server.clone();
             claimers.push(tokio::spawn(async move {
                 let poll = Poll {
+                    worker_id: String::new(),
                     node_id: format!("n{s}"),
                     session: format!("s{s}-{c}"),
                     token: format!("t{s}-{c}"),
@@ -148,6 +149,7 @@ async fn a_claim_never_waits_for_an_owners_commit() {
         .await
         .unwrap();
     let poll = Poll {
+        worker_id: String::new(),
         node_id: "n".into(),
         session: "s".into(),
         token: "t".into(),

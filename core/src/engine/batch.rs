@@ -26,6 +26,23 @@ pub struct Batch {
     pub definitions: Vec<DefinitionRecord>,
     /// API idempotency records to insert (or replace, when expired).
     pub idempotency: Vec<IdempotencyRecord>,
+    /// Shared cluster mode: the task-queue rows of units that joined or
+    /// left the queue through these events (any node's poll claims them).
+    pub queue: Vec<crate::store::QueueOp>,
+    /// Shared cluster mode: inbox entries applied by this batch, deleted
+    /// with the events they caused.
+    pub consumed: Vec<ConsumedEntry>,
+}
+
+/// An inbox entry a batch consumes (shared cluster mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumedEntry {
+    /// The entry's id.
+    pub entry: i64,
+    /// The execution it was for.
+    pub execution_id: String,
+    /// This node's epoch for that execution (judged like an append's).
+    pub epoch: u64,
 }
 
 /// New events of one execution.

@@ -13,9 +13,14 @@ pub struct Config {
     pub max_active_executions: Option<u64>,
     /// `--idempotency-ttl`: how long an API idempotency record is kept.
     pub idempotency_ttl_ms: Millis,
-    /// The fencing epoch this node writes with (cluster shared mode); every
+    /// Leader mode: the fencing epoch of this leader's term; every
     /// [`super::ExecutionAppend`] carries it.
     pub epoch: Option<u64>,
+    /// `--node-id` in shared cluster mode (`None`: one server, or the
+    /// leader of leader mode). The engine then holds only the executions
+    /// this node owns, each with its epoch, and reaches the others through
+    /// their owners' inboxes (see `shared`).
+    pub node_id: Option<String>,
     /// How many finished executions stay in memory after their final
     /// batch (the most recent ones); older ones are read back from the
     /// store when a command names them.
@@ -48,6 +53,7 @@ impl Default for Config {
             max_active_executions: None,
             idempotency_ttl_ms: 24 * 60 * 60 * 1000,
             epoch: None,
+            node_id: None,
             finished_cache: FINISHED_CACHE,
             idle_evict_ms: Some(IDLE_EVICT_MS),
             max_in_memory: Some(MAX_IN_MEMORY),

@@ -35,6 +35,14 @@ impl Engine {
         request: &Request,
         scope: Option<&IdempotencyScope>,
     ) -> bool {
+        if self.elsewhere(id, exec_id) {
+            // Another node's (or nobody's): its owner's inbox, once the
+            // request's key is known.
+            if let Gate::Proceed = self.gate(id, &scope.cloned(), request) {
+                self.forward(id, request.clone(), exec_id);
+            }
+            return false;
+        }
         let Some(e) = self.executions.get(exec_id) else {
             if !self.load_first(id, request, Some(exec_id), scope) {
                 self.reply(id, unknown(exec_id));

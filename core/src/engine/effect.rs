@@ -48,6 +48,36 @@ pub enum Effect {
         /// it).
         events: std::sync::Arc<[Event]>,
     },
+    /// Shared cluster mode: store a command for an execution this node
+    /// does not own in its owner's inbox (`shared::Store::send`), then feed
+    /// [`super::Input::Sent`].
+    Send {
+        /// Echo it in `Sent`.
+        send: super::SendId,
+        /// The execution.
+        execution_id: String,
+        /// What the entry asks.
+        kind: crate::store::shared::Kind,
+        /// Its payload.
+        body: serde_json::Value,
+    },
+    /// Shared cluster mode: claim the oldest queued task for a poll
+    /// (`shared::Store::claim`), then feed [`super::Input::Claimed`].
+    Claim {
+        /// Echo it in `Claimed`.
+        claim: super::ClaimId,
+        /// The poll (node, session, token, task names, worker).
+        poll: crate::store::shared::Poll,
+    },
+    /// Shared cluster mode: an entry fed with [`super::Input::Inbox`] is
+    /// done: applied (its deletion committed with what it caused), or not
+    /// (nothing written: feed it again when it is read again).
+    InboxDone {
+        /// The entry.
+        entry: i64,
+        /// Whether it was applied.
+        applied: bool,
+    },
 }
 
 /// An HTTP-like answer: status and JSON body. Error bodies are

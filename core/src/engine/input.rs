@@ -80,6 +80,50 @@ pub enum Input {
         /// The parked request.
         id: RequestId,
     },
+    /// Shared cluster mode: executions this node now owns (taken over from
+    /// a dead node, or its own taken back after a restart), each with its
+    /// whole history and the epoch it owns it at. They are recovered as
+    /// after a restart; a copy already in memory is dropped first.
+    Adopt {
+        /// (history, epoch) of each.
+        executions: Vec<(StoredExecution, u64)>,
+    },
+    /// Shared cluster mode: entries of this node's inbox, in id order, none
+    /// fed before unless it came back [`super::Effect::InboxDone`] with
+    /// `applied: false`.
+    Inbox {
+        /// The entries.
+        entries: Vec<crate::store::shared::Entry>,
+    },
+    /// Shared cluster mode: the answer of a [`super::Effect::Send`].
+    Sent {
+        /// The send's id.
+        send: super::SendId,
+        /// What the store did, or why it could not.
+        result: Result<crate::store::shared::Sent, String>,
+    },
+    /// Shared cluster mode: the answer of a [`super::Effect::Claim`].
+    Claimed {
+        /// The claim's id.
+        claim: super::ClaimId,
+        /// The task claimed (none matched), or why the claim failed.
+        result: Result<Option<crate::store::shared::Claimed>, String>,
+    },
+    /// Shared cluster mode: the last contact of worker sessions polling
+    /// other nodes ([`super::Engine::remote_sessions`]), as the database
+    /// last saw it.
+    SessionContacts {
+        /// One per session that has a contact.
+        contacts: Vec<crate::store::shared::SessionContact>,
+    },
+    /// Shared cluster mode: this node could not reach the database for
+    /// `--node-timeout` (another may own its executions by now): it drops
+    /// every execution it owns, answering what waits on them with
+    /// `503 STORAGE_ERROR`, and takes back later what is still its own.
+    DropOwned {
+        /// For the answers.
+        reason: String,
+    },
 }
 
 /// The API-level idempotency scope of a creating request (seed `002_…`).
@@ -224,6 +268,25 @@ pub enum Request {
     RegisterBuiltin {
         /// Default cap on tasks per poll.
         max_tasks: Option<u32>,
+    },
+    /// Shared cluster mode, from the inbox: a poll on some node claimed a
+    /// queued unit of this execution and handed it out; record
+    /// `StepDispatched`. The engine's own request (never from HTTP).
+    Dispatched {
+        /// The execution.
+        execution_id: String,
+        /// Which poll took it.
+        dispatch: crate::store::shared::Dispatch,
+    },
+    /// Shared cluster mode, from the inbox: the node that handed out the
+    /// delivery with `token` learned that its worker may not have it (the
+    /// session ended, or never listed it): the attempt becomes uncertain
+    /// with `reason`. The engine's own request (never from HTTP).
+    Lost {
+        /// The delivery.
+        token: String,
+        /// The reason recorded in `StepAttemptUncertain`.
+        reason: String,
     },
     /// The built-in executor cannot know whether a delivery took effect (a
     /// timeout or a lost connection after the request was sent): the

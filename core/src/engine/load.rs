@@ -36,6 +36,10 @@ pub(super) struct Known {
     pub keys: BTreeMap<String, Option<IdempotencyRecord>>,
     /// Committed histories, for a history read.
     pub histories: BTreeMap<String, Vec<crate::history::Event>>,
+    /// Shared cluster mode: running executions another node owns, with
+    /// their workflow and version (not held here: a start of their id is
+    /// answered from this).
+    pub foreign: BTreeMap<String, (String, String)>,
 }
 
 /// The engine's loads: outstanding ones, and what changed meanwhile.
@@ -106,7 +110,9 @@ impl Engine {
     ) -> bool {
         let exec = exec_id.filter(|x| !self.executions.contains_key(*x));
         let key = scope.map(|s| s.key.as_str());
-        let need_exec = exec.is_some_and(|x| !self.loads.known.absent.contains(x));
+        let need_exec = exec.is_some_and(|x| {
+            !self.loads.known.absent.contains(x) && !self.loads.known.foreign.contains_key(x)
+        });
         let need_key = key.is_some_and(|k| {
             !self.keys.inflight.contains_key(k) && !self.loads.known.keys.contains_key(k)
         });
@@ -186,6 +192,15 @@ impl Engine {
                 self.returned(&id);
                 known.absent.insert(id);
                 continue;
+            }
+            if self.is_shared() {
+                self.read_for_inbox(&id);
+                let p = crate::history::Projection::fold(&id, &stored.events);
+                if !p.status.is_terminal() {
+                    // Running, and not this node's: never held here.
+                    known.foreign.insert(id, (p.workflow, p.version));
+                    continue;
+                }
             }
             if self.install(stored) {
                 self.retire(&id);

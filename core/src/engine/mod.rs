@@ -21,6 +21,7 @@ mod planted;
 mod reads;
 mod recovery;
 mod results;
+mod shared;
 mod start;
 mod state;
 mod storage;
@@ -32,8 +33,8 @@ mod worker;
 pub use time::rfc3339;
 
 pub use batch::{
-    Batch, BatchId, DefinitionRecord, ExecutionAppend, IdempotencyRecord, StorageResult,
-    StoredExecution, Summary,
+    Batch, BatchId, ConsumedEntry, DefinitionRecord, ExecutionAppend, IdempotencyRecord,
+    StorageResult, StoredExecution, Summary,
 };
 pub use config::{Config, FINISHED_CACHE, IDLE_EVICT_MS, MAX_IN_MEMORY};
 pub use effect::{Body, Effect, Response, Task};
@@ -42,6 +43,7 @@ pub use input::{IdempotencyScope, Input, ListFilter, Outcome, Request, RequestId
 pub use load::LoadId;
 pub use planted::Bug;
 pub use reads::{event_view, execution_view, NOT_HELD};
+pub use shared::{ClaimId, SendId, INBOX_REQUESTS};
 
 use crate::history::Millis;
 use load::Loads;
@@ -141,6 +143,7 @@ pub struct Engine {
     keys: parts::Keys,
     writes: parts::Writes,
     admission: parts::Admission,
+    shared: shared::Shared,
     #[cfg_attr(not(feature = "planted-bugs"), allow(dead_code))]
     planted: planted::Planted,
 }
@@ -148,7 +151,13 @@ pub struct Engine {
 impl Engine {
     /// A new engine. Feed [`Input::Recover`] first when the store is not
     /// empty.
-    pub fn new(config: Config, ids: Box<dyn IdSource>) -> Engine {
+    pub fn new(mut config: Config, ids: Box<dyn IdSource>) -> Engine {
+        if config.node_id.is_some() {
+            // A shared-mode node keeps what it owns in memory: an owner
+            // must know every execution it owns to judge its inbox.
+            config.idle_evict_ms = None;
+            config.max_in_memory = None;
+        }
         Engine {
             config,
             ids,
@@ -172,6 +181,7 @@ impl Engine {
             keys: parts::Keys::default(),
             writes: parts::Writes::default(),
             admission: parts::Admission::default(),
+            shared: shared::Shared::default(),
             planted: planted::Planted::default(),
         }
     }
@@ -199,6 +209,7 @@ impl Engine {
         }
         self.after_input();
         self.trim_finished();
+        self.settle_inbox_replies();
         let wake = self.next_wake();
         if wake.is_some() && wake != self.last_wake {
             self.out.push(Effect::WakeAt(wake.unwrap_or_default()));
@@ -228,6 +239,12 @@ impl Engine {
                 self.work.polls.remove(&id);
                 self.work.waits.remove(&id);
             }
+            Input::Adopt { executions } => self.adopt(executions),
+            Input::Inbox { entries } => self.inbox(entries),
+            Input::Sent { send, result } => self.sent(send, result),
+            Input::Claimed { claim, result } => self.claimed(claim, result),
+            Input::SessionContacts { contacts } => self.session_contacts(contacts),
+            Input::DropOwned { reason } => self.drop_owned(&reason),
         }
     }
 
@@ -295,6 +312,11 @@ impl Engine {
                 token,
                 reason,
             } => self.builtin_uncertain(id, &session_id, &token, reason),
+            Request::Dispatched {
+                execution_id,
+                dispatch,
+            } => self.dispatched(id, &execution_id, dispatch),
+            Request::Lost { token, reason } => self.lost(id, &token, reason),
         }
     }
 

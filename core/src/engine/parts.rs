@@ -55,6 +55,9 @@ pub(super) struct Work {
     pub polls: BTreeMap<RequestId, ParkedPoll>,
     /// `wait` calls parked until their execution ends or their deadline.
     pub waits: BTreeMap<RequestId, ParkedWait>,
+    /// Shared cluster mode: sessions of other nodes holding deliveries of
+    /// executions owned here, by session.
+    pub remote: BTreeMap<String, super::shared::RemoteSession>,
 }
 
 /// Idempotency-Keys whose record is in a batch in flight.

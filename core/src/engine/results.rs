@@ -38,6 +38,9 @@ impl Engine {
         else {
             return;
         };
+        if let Some(exec_id) = self.result_elsewhere(id, token) {
+            return self.forward(id, request.clone(), &exec_id);
+        }
         let Some(t) = self.work.tokens.get(token) else {
             // A past delivery of an execution evicted for idleness: read it
             // back, then judge the result as if it had stayed.

@@ -104,9 +104,17 @@ impl Engine {
         // An existing id is answered from the execution itself, whatever
         // is registered now.
         if let Some(exec_id) = &start.execution_id {
-            if let Some(e) = self.executions.get(exec_id).filter(|e| e.proj.last_seq > 0) {
-                let same = e.proj.workflow == start.workflow
-                    && start.version.as_ref().is_none_or(|v| *v == e.proj.version);
+            let held = self
+                .executions
+                .get(exec_id)
+                .filter(|e| e.proj.last_seq > 0)
+                .map(|e| (&e.proj.workflow, &e.proj.version));
+            if let Some((workflow, version)) = held.or_else(|| {
+                let (w, v) = self.loads.known.foreign.get(exec_id)?;
+                Some((w, v))
+            }) {
+                let same = *workflow == start.workflow
+                    && start.version.as_ref().is_none_or(|v| v == version);
                 let response = if same {
                     Response::ok(200, json!({"execution_id": exec_id, "created": false}))
                 } else {
@@ -114,8 +122,7 @@ impl Engine {
                         409,
                         "EXECUTION_EXISTS",
                         format!(
-                            "execution `{exec_id}` exists for workflow {} version {}",
-                            e.proj.workflow, e.proj.version
+                            "execution `{exec_id}` exists for workflow {workflow} version {version}"
                         ),
                     )
                 };
@@ -214,6 +221,7 @@ impl Engine {
             && !self.executions.contains_key(exec_id)
             && !self.idle.evicted.contains_key(exec_id)
             && !self.loads.known.absent.contains(exec_id)
+            && !self.loads.known.foreign.contains_key(exec_id)
             && self
                 .lookup_workflow(&start.workflow, start.version.as_deref())
                 .is_some_and(|def| check_value(&def.workflow.input, &start.input).is_ok())

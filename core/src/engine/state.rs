@@ -26,6 +26,9 @@ pub(crate) struct Exec {
     pub active_at: Millis,
     /// True while `Idle::checks` holds an entry for it.
     pub idle_watched: bool,
+    /// Shared cluster mode: this node's epoch for it, written with every
+    /// append (`None`: one server, or held read-only, finished).
+    pub epoch: Option<u64>,
 }
 
 impl Exec {

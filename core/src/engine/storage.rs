@@ -32,8 +32,16 @@ fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
         // The session that held it forgets it too: a long-lived worker
         // session must not keep every token it was ever handed.
         let session = work.tokens.remove(token).and_then(|t| t.session);
-        if let Some(s) = session.and_then(|s| work.sessions.get_mut(&s)) {
+        if let Some(s) = session.as_ref().and_then(|s| work.sessions.get_mut(s)) {
             s.tokens.remove(token);
+        }
+        if let Some(s) = session {
+            if let Some(r) = work.remote.get_mut(&s) {
+                r.tokens.remove(token);
+                if r.tokens.is_empty() {
+                    work.remote.remove(&s);
+                }
+            }
         }
         work.orphans.remove(token);
     }
@@ -87,6 +95,23 @@ fn sync_queue(
     }
 }
 
+/// The units whose state `events` may change (those `index` keeps the
+/// queue and tokens of).
+pub(super) fn units_touched(events: &[Event]) -> BTreeSet<&str> {
+    events
+        .iter()
+        .filter_map(|ev| match &ev.kind {
+            EventKind::StepDispatched { step, .. }
+            | EventKind::StepScheduled { step, .. }
+            | EventKind::StepSucceeded { step, .. }
+            | EventKind::StepFailed { step, .. }
+            | EventKind::StepAttemptFailed { step, .. }
+            | EventKind::StepAttemptUncertain { step, .. } => Some(step.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn storage_error(message: &str) -> Response {
     Response::error(503, "STORAGE_ERROR", message)
 }
@@ -122,6 +147,14 @@ impl Engine {
                 fenced,
                 stale,
             } => {
+                let mut txn = txn;
+                // A create of an id another node owns is refused as fenced:
+                // the start is answered from the stored execution.
+                let taken = if self.is_shared() {
+                    creates_to_run_again(&mut txn, &fenced)
+                } else {
+                    Vec::new()
+                };
                 for id in &fenced {
                     self.give_up(id, &message);
                 }
@@ -137,9 +170,11 @@ impl Engine {
                         e.reloading = true;
                     }
                 }
-                let mut txn = txn;
                 let again = creates_to_run_again(&mut txn, &stale);
                 self.abort(txn, &message);
+                for (exec_id, rid, request) in taken {
+                    self.ask_load(vec![exec_id], Vec::new(), Some((rid, request)));
+                }
                 for (exec_id, rid, request) in again {
                     match self.executions.get_mut(&exec_id) {
                         Some(e) => e.waiting.push_front((rid, request)),
@@ -252,7 +287,7 @@ impl Engine {
     }
 
     /// A fenced execution belongs to another node now: forget it.
-    fn give_up(&mut self, exec_id: &str, message: &str) {
+    pub(super) fn give_up(&mut self, exec_id: &str, message: &str) {
         self.set_wake(exec_id, None);
         let Some(e) = self.executions.remove(exec_id) else {
             return;
@@ -275,6 +310,10 @@ impl Engine {
     }
 
     fn commit(&mut self, txn: Txn) {
+        self.entries_committed(&txn.consumed);
+        if txn.enqueues {
+            self.tasks_enqueued();
+        }
         let mut touched = Vec::new();
         // What the decider last said about each touched draft.
         let mut settled = Vec::new();
@@ -518,10 +557,17 @@ impl Engine {
             }
             self.unindex(&id, &p);
         }
-        let (waiting, busy, idle_watched) = self
+        let (waiting, busy, idle_watched, epoch) = self
             .executions
             .get_mut(&id)
-            .map(|e| (std::mem::take(&mut e.waiting), e.busy, e.idle_watched))
+            .map(|e| {
+                (
+                    std::mem::take(&mut e.waiting),
+                    e.busy,
+                    e.idle_watched,
+                    e.epoch,
+                )
+            })
             .unwrap_or_default();
         if stored.events.is_empty() {
             self.set_wake(&id, None);
@@ -554,6 +600,7 @@ impl Engine {
                 wake: None,
                 active_at: self.now,
                 idle_watched,
+                epoch,
             }),
         );
         self.index(&id, &stored.events);

@@ -74,6 +74,7 @@ impl Engine {
                     .insert(token, format!("worker `{worker}` stopped responding"));
             }
         }
+        self.shared_tick();
         self.process_orphans();
         // Evicted executions due now are read back first, and what is due
         // is decided once they are in memory: in the order it would have

@@ -3,7 +3,9 @@
 //! Nothing here touches committed memory: a draft is applied only when its
 //! batch is `Ok`.
 
-use super::batch::{Batch, DefinitionRecord, ExecutionAppend, IdempotencyRecord, Summary};
+use super::batch::{
+    Batch, ConsumedEntry, DefinitionRecord, ExecutionAppend, IdempotencyRecord, Summary,
+};
 use super::decide::{self, ChildView, Context};
 use super::effect::{Effect, Response};
 use super::input::{Request, RequestId};
@@ -106,6 +108,10 @@ pub(crate) struct Txn {
     /// id, the batch is a stale `Conflict`, and the start runs again once
     /// the execution is read back.
     pub unread_creates: Vec<(String, RequestId, Request)>,
+    /// Shared cluster mode: inbox entries this batch consumes.
+    pub consumed: Vec<ConsumedEntry>,
+    /// Shared cluster mode: the batch puts tasks in the database's queue.
+    pub enqueues: bool,
 }
 
 impl Txn {
@@ -116,6 +122,7 @@ impl Txn {
             .all(|d| d.events.is_empty() && d.sent.is_empty())
             && self.definitions.is_empty()
             && self.idempotency.is_empty()
+            && self.consumed.is_empty()
     }
 
     /// Adds a reply to send after commit.
@@ -360,6 +367,8 @@ impl Engine {
         self.writes.next += 1;
         let id = self.writes.next;
         let mut executions = Vec::new();
+        let mut queue = Vec::new();
+        self.consume_replied(&mut txn);
         for (exec_id, d) in &mut txn.drafts {
             if !d.events.is_empty() {
                 d.sent = std::mem::take(&mut d.events).into();
@@ -367,10 +376,14 @@ impl Engine {
             if d.sent.is_empty() {
                 continue;
             }
+            let epoch = self.epoch_for(exec_id);
+            if self.is_shared() {
+                queue.extend(self.queue_ops(exec_id, d));
+            }
             executions.push(ExecutionAppend {
                 execution_id: exec_id.clone(),
                 expected_last_seq: d.base_seq,
-                epoch: self.config.epoch,
+                epoch,
                 events: d.sent.clone(),
                 summary: summary(&d.proj),
             });
@@ -388,6 +401,7 @@ impl Engine {
                             wake: None,
                             active_at: self.now,
                             idle_watched: false,
+                            epoch,
                         }),
                     );
                 }
@@ -402,11 +416,16 @@ impl Engine {
                 d.definition_hash.clone(),
             );
         }
+        txn.enqueues = queue
+            .iter()
+            .any(|op| matches!(op, crate::store::QueueOp::Enqueue { .. }));
         self.out.push(Effect::Append(Batch {
             id,
             executions,
             definitions: txn.definitions.clone(),
             idempotency: txn.idempotency.clone(),
+            queue,
+            consumed: txn.consumed.clone(),
         }));
         self.writes.batches.insert(id, txn);
     }

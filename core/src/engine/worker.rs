@@ -7,7 +7,7 @@ use super::input::RequestId;
 use super::state::{ParkedPoll, Session};
 use super::txn::Txn;
 use super::{Bug, Engine};
-use crate::history::{DispatchState, EventKind, UnitState};
+use crate::history::{DispatchState, EventKind, Projection, UnitState};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -101,6 +101,7 @@ impl Engine {
         s.last_seen = self.now;
         for token in held {
             self.attach(token, session_id, true);
+            self.confirm_handed(token);
         }
         true
     }
@@ -201,6 +202,9 @@ impl Engine {
     /// it now, unless the session ended while the batch was in flight (then
     /// the delivery is uncertain at once).
     pub(super) fn handed_out(&mut self, token: &str, session_id: &str) {
+        if self.is_shared() {
+            return self.handed_to(token, session_id);
+        }
         let ended = self.work.lost_handouts.remove(token);
         if self.planted(Bug::HandOutToDeadSession) {
             return self.attach(token, session_id, false);
@@ -236,6 +240,9 @@ impl Engine {
             .or_else(|| self.work.sessions.get(session_id).map(|s| s.max_tasks))
             .unwrap_or(1)
             .max(1);
+        if self.is_shared() {
+            return self.claim_poll(id, session_id, max, wait_ms);
+        }
         if self.dispatch(id, session_id, max) {
             return;
         }
@@ -325,25 +332,12 @@ impl Engine {
         session_id: &str,
     ) -> Option<(Task, u64)> {
         let d = txn.drafts.get(exec_id)?;
-        let u = d.proj.units.get(unit)?;
-        if !matches!(u.state, UnitState::Queued { .. }) {
+        let queued = d.proj.units.get(unit)?;
+        if !matches!(queued.state, UnitState::Queued { .. }) {
             return None;
         }
         let token = self.ids.next_id();
-        let task = Task {
-            token: token.clone(),
-            execution_id: exec_id.to_string(),
-            workflow: d.proj.workflow.clone(),
-            workflow_version: d.proj.version.clone(),
-            step_id: unit.to_string(),
-            task_name: u.task.clone(),
-            contract_version: u.contract_version.clone(),
-            input: (*u.input).clone(),
-            idempotency_key: u.idempotency_key.clone(),
-            attempt: u.attempt,
-            redelivery: u.redelivery,
-            traceparent: crate::trace::task_traceparent(d.proj.trace_id, exec_id, u.scheduled_seq),
-        };
+        let task = task_of(&d.proj, exec_id, unit, token.clone())?;
         let seq = self.push(
             txn,
             exec_id,
@@ -363,7 +357,7 @@ impl Engine {
     /// scheduling of the next and its delivery to a waiting worker share one
     /// commit. The polls are answered when the batch commits.
     pub(super) fn hand_off(&mut self, txn: &mut Txn) {
-        if self.work.polls.is_empty() {
+        if self.work.polls.is_empty() || self.is_shared() {
             return;
         }
         let mut fresh = Vec::new();
@@ -417,6 +411,9 @@ impl Engine {
 
     /// Serves parked polls (oldest first) from the queue.
     pub(super) fn serve_polls(&mut self) {
+        if self.is_shared() {
+            return self.claim_if_enqueued();
+        }
         if self.work.queue.is_empty() || self.work.polls.is_empty() {
             return;
         }
@@ -446,7 +443,7 @@ impl Engine {
             .work
             .polls
             .iter()
-            .filter(|(_, p)| p.deadline <= now)
+            .filter(|(id, p)| p.deadline <= now && !self.poll_claiming(**id))
             .map(|(id, _)| *id)
             .collect();
         for id in ids {
@@ -454,4 +451,27 @@ impl Engine {
             self.reply(id, Response::ok(200, json!({"tasks": []})));
         }
     }
+}
+
+/// The task a poll hands out for `unit` of `p` (queued) with `token`;
+/// `None` when the unit is not queued.
+pub(super) fn task_of(p: &Projection, exec_id: &str, unit: &str, token: String) -> Option<Task> {
+    let u = p.units.get(unit)?;
+    if !matches!(u.state, UnitState::Queued { .. }) {
+        return None;
+    }
+    Some(Task {
+        token,
+        execution_id: exec_id.to_string(),
+        workflow: p.workflow.clone(),
+        workflow_version: p.version.clone(),
+        step_id: unit.to_string(),
+        task_name: u.task.clone(),
+        contract_version: u.contract_version.clone(),
+        input: (*u.input).clone(),
+        idempotency_key: u.idempotency_key.clone(),
+        attempt: u.attempt,
+        redelivery: u.redelivery,
+        traceparent: crate::trace::task_traceparent(p.trace_id, exec_id, u.scheduled_seq),
+    })
 }

@@ -2,9 +2,11 @@
 //! comes out of it (I/O requests for the driver to perform).
 
 use crate::engine::{
-    Batch, DefinitionRecord, IdempotencyRecord, Request, RequestId, Response, StoredExecution,
+    Batch, ClaimId, DefinitionRecord, IdempotencyRecord, Request, RequestId, Response, SendId,
+    StoredExecution,
 };
 use crate::history::{Event, Millis};
+use crate::store::shared::{Claimed, Entry, Kind, Members, Poll, Sent, SessionContact, Taken};
 use crate::store::StorageError;
 use std::sync::Arc;
 
@@ -88,6 +90,52 @@ pub enum NodeInput {
     /// The time asked for with [`Io::WakeAt`] came (early or extra calls
     /// are harmless).
     Time,
+    /// Shared mode: an [`Io::Beat`] came back.
+    Beat {
+        /// The members, or why the database did not answer.
+        result: Result<Members, StorageError>,
+    },
+    /// Shared mode: an [`Io::TakeOver`] came back.
+    TakenOver {
+        /// What moved to this node.
+        result: Result<Vec<Taken>, StorageError>,
+    },
+    /// Shared mode: an [`Io::Reclaim`] came back.
+    Reclaimed {
+        /// What this node took back.
+        result: Result<Vec<Taken>, StorageError>,
+    },
+    /// Shared mode: an [`Io::ReadInbox`] came back.
+    InboxRead {
+        /// Echo of the read's number.
+        read: u64,
+        /// The entries, in id order.
+        result: Result<Vec<Entry>, StorageError>,
+    },
+    /// Shared mode: an [`Io::Send`] came back.
+    Sent {
+        /// Echo of the send's id.
+        send: SendId,
+        /// Where the entry went.
+        result: Result<Sent, StorageError>,
+    },
+    /// Shared mode: an [`Io::Claim`] came back.
+    Claimed {
+        /// Echo of the claim's id.
+        claim: ClaimId,
+        /// The task claimed, if any.
+        result: Result<Option<Claimed>, StorageError>,
+    },
+    /// Shared mode: an [`Io::TouchSessions`] came back.
+    Touched {
+        /// Whether it was written.
+        result: Result<(), StorageError>,
+    },
+    /// Shared mode: an [`Io::ReadSessions`] came back.
+    SessionContacts {
+        /// The contacts found.
+        result: Result<Vec<SessionContact>, StorageError>,
+    },
 }
 
 /// An I/O request of the node loop. The driver performs every one, in
@@ -123,6 +171,89 @@ pub enum Io {
         request: RequestId,
         /// The answer.
         response: Response,
+    },
+    /// Shared mode: write this node's contact and read the members
+    /// (`shared::Store::beat`), then feed [`NodeInput::Beat`]. One at a
+    /// time.
+    Beat {
+        /// This node.
+        node_id: String,
+        /// Its advertised URL.
+        advertise: String,
+        /// `--node-timeout`.
+        timeout_ms: Millis,
+    },
+    /// Shared mode: take over a batch of a dead node's executions
+    /// (`shared::Store::take_over`), then feed [`NodeInput::TakenOver`].
+    TakeOver {
+        /// This node.
+        node_id: String,
+        /// The dead node.
+        dead: String,
+        /// The live node ids of the last beat.
+        live: Vec<String>,
+        /// `--node-timeout`.
+        timeout_ms: Millis,
+        /// At most this many.
+        limit: u32,
+    },
+    /// Shared mode: take this node's own executions back at a new epoch
+    /// (`shared::Store::reclaim`), then feed [`NodeInput::Reclaimed`].
+    Reclaim {
+        /// This node.
+        node_id: String,
+        /// From after this execution id.
+        after_id: String,
+        /// `--node-timeout`.
+        timeout_ms: Millis,
+        /// At most this many.
+        limit: u32,
+    },
+    /// Shared mode: read this node's inbox from the start
+    /// (`shared::Store::inbox` with `after_id` 0), then feed
+    /// [`NodeInput::InboxRead`].
+    ReadInbox {
+        /// This node.
+        node_id: String,
+        /// The read's number, echoed.
+        read: u64,
+        /// At most this many entries.
+        limit: u32,
+    },
+    /// Shared mode: store an entry in the inbox of an execution's owner
+    /// (`shared::Store::send`), then feed [`NodeInput::Sent`].
+    Send {
+        /// Echo it.
+        send: SendId,
+        /// The execution.
+        execution_id: String,
+        /// What it asks.
+        kind: Kind,
+        /// Its payload.
+        body: serde_json::Value,
+    },
+    /// Shared mode: claim a queued task (`shared::Store::claim`), then
+    /// feed [`NodeInput::Claimed`].
+    Claim {
+        /// Echo it.
+        claim: ClaimId,
+        /// The poll.
+        poll: Poll,
+    },
+    /// Shared mode: write these sessions' contact
+    /// (`shared::Store::touch_sessions`), then feed [`NodeInput::Touched`].
+    TouchSessions {
+        /// This node.
+        node_id: String,
+        /// The sessions.
+        sessions: Vec<String>,
+    },
+    /// Shared mode: read these sessions' contact
+    /// (`shared::Store::session_contacts`), then feed
+    /// [`NodeInput::SessionContacts`].
+    ReadSessions {
+        /// The sessions.
+        sessions: Vec<String>,
     },
     /// Events of an execution just became durable (follow streams,
     /// telemetry, metrics).

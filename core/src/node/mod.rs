@@ -18,9 +18,11 @@
 mod commit;
 mod io;
 mod reload;
+mod shared;
 mod stats;
 
 pub use io::{CommitId, Fetched, GroupCommit, Io, LoadId, NodeInput};
+pub use shared::Member;
 pub use stats::{FailureCount, NodeStats};
 
 use crate::engine::{Batch, Effect, Engine, Input};
@@ -52,6 +54,9 @@ pub struct NodeConfig {
     /// mode a batch that only creates executions is written alone and at
     /// once (a blind create is a read in another form). Off by default.
     pub group_across_reads: bool,
+    /// Shared cluster mode: this member's settings (`None`: one server,
+    /// or leader mode).
+    pub shared: Option<Member>,
 }
 
 impl Default for NodeConfig {
@@ -62,6 +67,7 @@ impl Default for NodeConfig {
             reload_backoff_ms: 50,
             reload_backoff_max_ms: 2_000,
             group_across_reads: false,
+            shared: None,
         }
     }
 }
@@ -84,12 +90,15 @@ pub struct Node {
     /// The last `WakeAt` given out.
     wake_sent: Option<Millis>,
     stats: NodeStats,
+    shared: Option<shared::State>,
 }
 
 impl Node {
     /// A node loop around `engine`.
     pub fn new(engine: Engine, config: NodeConfig) -> Node {
+        let shared = config.shared.clone().map(shared::State::new);
         Node {
+            shared,
             engine,
             config: NodeConfig {
                 commits_in_flight: config.commits_in_flight.max(1),
@@ -144,6 +153,7 @@ impl Node {
                 self.wake_sent = None;
                 self.time(now);
             }
+            other => self.shared_input(now, other),
         }
         if !(self.config.group_across_reads && self.loads.fetches_open() > 0) {
             self.start_commit();
@@ -198,6 +208,7 @@ impl Node {
             self.stats.ticks += 1;
             self.engine_input(now, Input::Tick);
         }
+        self.shared_time(now);
         self.retry_loads(now);
     }
 
@@ -228,6 +239,19 @@ impl Node {
                     execution_id,
                     events,
                 }),
+                Effect::Send {
+                    send,
+                    execution_id,
+                    kind,
+                    body,
+                } => self.out.push(Io::Send {
+                    send,
+                    execution_id,
+                    kind,
+                    body,
+                }),
+                Effect::Claim { claim, poll } => self.out.push(Io::Claim { claim, poll }),
+                Effect::InboxDone { entry, applied } => self.inbox_done(entry, applied),
             }
         }
     }
@@ -239,6 +263,9 @@ impl Node {
             at = at.min(t);
         }
         if let Some(t) = self.loads.next_retry() {
+            at = at.min(t);
+        }
+        if let Some(t) = self.shared_due() {
             at = at.min(t);
         }
         if self.wake_sent != Some(at) {

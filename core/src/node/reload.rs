@@ -23,6 +23,12 @@ enum Purpose {
         /// The scoped idempotency keys to read.
         idempotency: Vec<String>,
     },
+    /// Shared mode: executions this node now owns, at these epochs:
+    /// answered with `Adopt`.
+    Adopt {
+        /// The epoch of each.
+        epochs: BTreeMap<String, u64>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +73,19 @@ impl Node {
     /// Asks the driver to read `executions`.
     pub(super) fn load(&mut self, executions: Vec<String>) {
         self.open_load(executions, Purpose::Reload);
+    }
+
+    /// Reads executions this node now owns (shared mode), to adopt them.
+    pub(super) fn read_owned(&mut self, taken: Vec<crate::store::shared::Taken>) {
+        if taken.is_empty() {
+            return;
+        }
+        let executions = taken.iter().map(|t| t.execution_id.clone()).collect();
+        let epochs = taken
+            .into_iter()
+            .map(|t| (t.execution_id, t.epoch))
+            .collect();
+        self.open_load(executions, Purpose::Adopt { epochs });
     }
 
     /// Reads what the engine asked for with `Effect::Load`.
@@ -117,6 +136,22 @@ impl Node {
             Ok(executions) if matches!(load.purpose, Purpose::Reload) => {
                 self.loads.open.remove(&id);
                 self.engine_input(now, Input::Reloaded { executions });
+            }
+            Ok(executions) if matches!(load.purpose, Purpose::Adopt { .. }) => {
+                if let Some(Load {
+                    purpose: Purpose::Adopt { epochs },
+                    ..
+                }) = self.loads.open.remove(&id)
+                {
+                    let executions = executions
+                        .into_iter()
+                        .filter_map(|e| {
+                            let epoch = *epochs.get(&e.execution_id)?;
+                            Some((e, epoch))
+                        })
+                        .collect();
+                    self.engine_input(now, Input::Adopt { executions });
+                }
             }
             Ok(_) => {}
             Err(_) => {
@@ -200,7 +235,7 @@ impl Node {
 /// The read a load asks the driver for.
 fn io_of(id: LoadId, load: &Load) -> Io {
     match &load.purpose {
-        Purpose::Reload => Io::Load {
+        Purpose::Reload | Purpose::Adopt { .. } => Io::Load {
             id,
             executions: load.executions.clone(),
         },

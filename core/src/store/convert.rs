@@ -37,8 +37,19 @@ pub fn transaction(batch: &Batch, node: &str) -> Transaction {
                 expires_at: r.expires_at,
             })
             .collect(),
-        queue: Vec::new(),
-        inbox_consumed: Vec::new(),
+        queue: batch.queue.clone(),
+        inbox_consumed: batch
+            .consumed
+            .iter()
+            .map(|c| storage::Consumed {
+                id: c.entry,
+                execution_id: c.execution_id.clone(),
+                fence: Fence {
+                    node_id: node.to_owned(),
+                    epoch: c.epoch,
+                },
+            })
+            .collect(),
     }
 }
 

@@ -212,6 +212,7 @@ impl World {
                         })
                     }
                     Effect::Committed { .. } => {}
+                    other => panic!("a one-server engine asked for {other:?}"),
                 }
             }
         }

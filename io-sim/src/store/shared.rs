@@ -292,6 +292,7 @@ impl SimStore {
             token: poll.token.clone(),
             session: poll.session.clone(),
             node_id: poll.node_id.clone(),
+            worker_id: poll.worker_id.clone(),
         };
         let dispatch = serde_json::to_value(&dispatch)
             .map_err(|e| StorageError::Unavailable(format!("encode: {e}")))?;

@@ -35,6 +35,7 @@ impl World {
             max_active_executions: self.cfg.max_active_executions,
             idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
             epoch,
+            node_id: None,
             idle_evict_ms: self.cfg.idle_evict_ms,
             max_in_memory: self.cfg.max_in_memory,
             finished_cache: self.cfg.finished_cache,
@@ -372,6 +373,15 @@ impl World {
                     self.wake_at(inc, t);
                 }
                 Io::Committed { .. } => {}
+                // Shared cluster mode is the three-node world's.
+                Io::Beat { .. }
+                | Io::TakeOver { .. }
+                | Io::Reclaim { .. }
+                | Io::ReadInbox { .. }
+                | Io::Send { .. }
+                | Io::Claim { .. }
+                | Io::TouchSessions { .. }
+                | Io::ReadSessions { .. } => {}
             }
         }
     }

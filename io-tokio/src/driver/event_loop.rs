@@ -17,7 +17,7 @@ use crate::storage::{Storage, StorageError};
 use orbit_core::engine::{RequestId, Response, StoredExecution};
 use orbit_core::history::Millis;
 use orbit_core::node::{CommitId, Fetched, Io, LoadId, Node, NodeInput};
-use orbit_core::store::convert;
+use orbit_core::store::{convert, shared};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -35,6 +35,13 @@ pub(super) const COMMITS_IN_FLIGHT: usize = 2;
 pub(super) struct EventLoop {
     node: Node,
     store: Arc<dyn Storage>,
+    /// Shared mode: the database's calls beyond commits.
+    shared: Option<Arc<dyn shared::Store>>,
+    /// The node id commits are fenced with.
+    fence_node: Arc<str>,
+    /// Completions of shared-mode calls.
+    inputs_tx: mpsc::UnboundedSender<NodeInput>,
+    inputs_rx: mpsc::UnboundedReceiver<NodeInput>,
     commands: mpsc::UnboundedReceiver<Command>,
     committed: broadcast::Sender<Committed>,
     metrics: Arc<Metrics>,
@@ -54,6 +61,7 @@ impl EventLoop {
     pub(super) fn new(
         node: Node,
         store: Arc<dyn Storage>,
+        membership: Option<super::Membership>,
         commands: mpsc::UnboundedReceiver<Command>,
         committed: broadcast::Sender<Committed>,
         metrics: Arc<Metrics>,
@@ -61,9 +69,18 @@ impl EventLoop {
     ) -> EventLoop {
         let (loads_tx, loads_rx) = mpsc::unbounded_channel();
         let (fetches_tx, fetches_rx) = mpsc::unbounded_channel();
+        let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
+        let fence_node: Arc<str> = match &membership {
+            Some(m) => m.member.node_id.as_str().into(),
+            None => convert::LOCAL_NODE.into(),
+        };
         EventLoop {
             node,
             store,
+            shared: membership.map(|m| m.store),
+            fence_node,
+            inputs_tx,
+            inputs_rx,
             commands,
             committed,
             metrics,
@@ -123,6 +140,7 @@ impl EventLoop {
                     }
                     self.feed(NodeInput::Fetched { load, result });
                 }
+                Some(input) = self.inputs_rx.recv() => self.feed(input),
                 _ = sleep_for(wake_in) => self.feed(NodeInput::Time),
                 command = self.commands.recv(), if shutdown.is_none() => match command {
                     Some(Command::Request { id, request, reply }) => {
@@ -167,8 +185,9 @@ impl EventLoop {
                     let store = self.store.clone();
                     let metrics = self.metrics.clone();
                     let id = commit.id;
+                    let node = self.fence_node.clone();
                     let handle = self.in_flight.spawn(async move {
-                        let tx = convert::group_transaction(&commit.batches, convert::LOCAL_NODE);
+                        let tx = convert::group_transaction(&commit.batches, &node);
                         // Commit latency is a duration on the monotonic
                         // clock, not a time the engine sees.
                         let started = Instant::now();
@@ -223,8 +242,78 @@ impl EventLoop {
                         events,
                     });
                 }
+                shared => self.perform_shared(shared),
             }
         }
+    }
+
+    /// Performs a shared-mode call in a task of its own; its completion
+    /// comes back through `inputs`.
+    fn perform_shared(&mut self, io: Io) {
+        let Some(store) = self.shared.clone() else {
+            tracing::error!(?io, "a shared-mode call outside shared mode");
+            return;
+        };
+        let tx = self.inputs_tx.clone();
+        tokio::spawn(async move {
+            let input = match io {
+                Io::Beat {
+                    node_id,
+                    advertise,
+                    timeout_ms,
+                } => NodeInput::Beat {
+                    result: store.beat(&node_id, &advertise, timeout_ms).await,
+                },
+                Io::TakeOver {
+                    node_id,
+                    dead,
+                    live,
+                    timeout_ms,
+                    limit,
+                } => NodeInput::TakenOver {
+                    result: store
+                        .take_over(&node_id, &dead, &live, timeout_ms, limit)
+                        .await,
+                },
+                Io::Reclaim {
+                    node_id,
+                    after_id,
+                    timeout_ms,
+                    limit,
+                } => NodeInput::Reclaimed {
+                    result: store.reclaim(&node_id, &after_id, timeout_ms, limit).await,
+                },
+                Io::ReadInbox {
+                    node_id,
+                    read,
+                    limit,
+                } => NodeInput::InboxRead {
+                    read,
+                    result: store.inbox(&node_id, 0, limit).await,
+                },
+                Io::Send {
+                    send,
+                    execution_id,
+                    kind,
+                    body,
+                } => NodeInput::Sent {
+                    send,
+                    result: store.send(&execution_id, kind, &body).await,
+                },
+                Io::Claim { claim, poll } => NodeInput::Claimed {
+                    claim,
+                    result: store.claim(&poll).await,
+                },
+                Io::TouchSessions { node_id, sessions } => NodeInput::Touched {
+                    result: store.touch_sessions(&node_id, &sessions).await,
+                },
+                Io::ReadSessions { sessions } => NodeInput::SessionContacts {
+                    result: store.session_contacts(&sessions).await,
+                },
+                _ => return,
+            };
+            let _ = tx.send(input);
+        });
     }
 
     fn failed(&self, message: &str) {

@@ -32,6 +32,9 @@ pub struct Options {
     /// batches of concurrent commits disjoint, so any value is safe; more
     /// overlap storage with the engine's work but make groups smaller.
     pub commits_in_flight: usize,
+    /// Shared cluster mode: this member and the shared database's calls
+    /// (`None`: one server, or leader mode).
+    pub membership: Option<Membership>,
 }
 
 impl Default for Options {
@@ -40,7 +43,26 @@ impl Default for Options {
             engine: Config::default(),
             tick: Duration::from_millis(100),
             commits_in_flight: event_loop::COMMITS_IN_FLIGHT,
+            membership: None,
         }
+    }
+}
+
+/// A shared-mode member: its settings and the database's calls beyond
+/// commits.
+#[derive(Clone)]
+pub struct Membership {
+    /// `--node-id`, `--advertise`, `--node-timeout`.
+    pub member: orbit_core::node::Member,
+    /// The shared database.
+    pub store: Arc<dyn orbit_core::store::shared::Store>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("member", &self.member)
+            .finish_non_exhaustive()
     }
 }
 
@@ -169,20 +191,29 @@ impl Driver {
             })
             .collect();
         let metrics = Arc::new(Metrics::default());
-        // Work in progress only: finished executions stay in the store.
-        let executions = store
-            .load_active()
-            .await?
-            .into_iter()
-            .map(convert::execution_from_store)
-            .collect::<Vec<_>>();
+        // Work in progress only: finished executions stay in the store. A
+        // shared-mode member reads only what it owns, once it has taken it
+        // back (the node loop asks).
+        let executions = match &options.membership {
+            Some(_) => Vec::new(),
+            None => store
+                .load_active()
+                .await?
+                .into_iter()
+                .map(convert::execution_from_store)
+                .collect::<Vec<_>>(),
+        };
         for e in &executions {
             metrics.recover_queue(&e.execution_id, &e.events);
         }
         let events: usize = executions.iter().map(|e| e.events.len()).sum();
         let execution_count = executions.len();
         let ids = sources.ids.clone();
-        let engine = Engine::new(options.engine.clone(), Box::new(move || ids()));
+        let mut config = options.engine.clone();
+        if let Some(m) = &options.membership {
+            config.node_id = Some(m.member.node_id.clone());
+        }
+        let engine = Engine::new(config, Box::new(move || ids()));
         let mut node = Node::new(engine, event_loop::node_config(&options));
         let initial = node.handle(
             now,
@@ -211,8 +242,15 @@ impl Driver {
             session_timeout_ms: options.engine.session_timeout_ms,
             clock: sources.clock.clone(),
         });
-        let event_loop =
-            event_loop::EventLoop::new(node, store, rx, committed, metrics, sources.clock);
+        let event_loop = event_loop::EventLoop::new(
+            node,
+            store,
+            options.membership.clone(),
+            rx,
+            committed,
+            metrics,
+            sources.clock,
+        );
         tokio::spawn(event_loop.run(initial));
         shared.ready.store(true, Ordering::SeqCst);
         Ok(Driver { shared })

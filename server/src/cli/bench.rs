@@ -233,6 +233,7 @@ fn chain_config(args: Args) -> (Config, driver::Options) {
         },
         tick: std::time::Duration::from_millis(args.tick_ms.max(1)),
         commits_in_flight: args.commits_in_flight.max(1),
+        membership: None,
     };
     (config, options)
 }

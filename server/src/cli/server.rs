@@ -287,6 +287,7 @@ fn driver_options(args: &Args) -> driver::Options {
             max_active_executions: args.max_active_executions,
             idempotency_ttl_ms: millis(args.idempotency_ttl),
             epoch: None,
+            node_id: None,
             finished_cache: args.finished_cache,
             idle_evict_ms: (!args.idle_evict.is_zero()).then(|| millis(args.idle_evict)),
             max_in_memory: (args.max_in_memory_executions > 0)

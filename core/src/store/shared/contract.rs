@@ -815,6 +815,7 @@ pub async fn a_claim_moves_the_row_into_the_owners_inbox<S: Storage + Store>(
         .map_err(io(C))?;
     finish(store, C, &ended, &owner, 2).await?;
     let poll = Poll {
+        worker_id: String::new(),
         node_id: poller.clone(),
         session: "s1".into(),
         token: "t1".into(),
@@ -853,6 +854,7 @@ pub async fn a_claim_moves_the_row_into_the_owners_inbox<S: Storage + Store>(
         C,
         dispatch.as_ref().ok()
             == Some(&Dispatch {
+                worker_id: String::new(),
                 unit: "u1".into(),
                 task: task.clone(),
                 token: "t1".into(),
@@ -891,6 +893,7 @@ pub async fn two_concurrent_claims_never_get_the_same_row<S: Storage + Store>(
         .await
         .map_err(io(C))?;
     let poll = |n: &str| Poll {
+        worker_id: String::new(),
         node_id: unique(n),
         session: n.to_owned(),
         token: n.to_owned(),
@@ -962,6 +965,7 @@ pub async fn an_empty_node_id_is_refused<S: Storage + Store>(store: &S) -> Resul
     ensure!(C, r.is_err(), "touch_sessions by \"\" gave {r:?}");
     let r = store
         .claim(&Poll {
+            worker_id: String::new(),
             node_id: String::new(),
             session: "s".into(),
             token: "t".into(),

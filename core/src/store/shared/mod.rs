@@ -190,6 +190,8 @@ pub struct Poll {
     pub token: String,
     /// The tasks the worker takes.
     pub tasks: Vec<String>,
+    /// The worker's id (recorded in `StepDispatched`).
+    pub worker_id: String,
 }
 
 /// A task claimed by [`Store::claim`].
@@ -224,6 +226,9 @@ pub struct Dispatch {
     pub session: String,
     /// The node that handed it out.
     pub node_id: String,
+    /// The worker's id (recorded in `StepDispatched`).
+    #[serde(default)]
+    pub worker_id: String,
 }
 
 /// A worker session's last contact.
@@ -331,6 +336,20 @@ pub trait Store: Send + Sync {
     /// oldest rows of every task (64 of each) is being claimed, or its
     /// execution committed, at that instant: the poll asks again.
     async fn claim(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError>;
+
+    /// Takes `node_id`'s own non-terminal executions with an id above
+    /// `after_id` back at `epoch + 1` (up to `limit`, by id). Placeholder
+    /// until the stores implement it: takes nothing.
+    async fn reclaim(
+        &self,
+        node_id: &str,
+        after_id: &str,
+        timeout_ms: Millis,
+        limit: u32,
+    ) -> Result<Vec<Taken>, StorageError> {
+        let _ = (node_id, after_id, timeout_ms, limit);
+        Ok(Vec::new())
+    }
 
     /// Records the contact of every session in `sessions` as polling
     /// `node_id`, at the database's now.
