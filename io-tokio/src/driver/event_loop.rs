@@ -39,6 +39,8 @@ pub(super) struct EventLoop {
     shared: Option<Arc<dyn shared::Store>>,
     /// The node id commits are fenced with.
     fence_node: Arc<str>,
+    /// The members of the last successful beat (for `/v1/cluster`).
+    members: super::Members,
     /// Completions of shared-mode calls.
     inputs_tx: mpsc::UnboundedSender<NodeInput>,
     inputs_rx: mpsc::UnboundedReceiver<NodeInput>,
@@ -62,6 +64,7 @@ impl EventLoop {
         node: Node,
         store: Arc<dyn Storage>,
         membership: Option<super::Membership>,
+        members: super::Members,
         commands: mpsc::UnboundedReceiver<Command>,
         committed: broadcast::Sender<Committed>,
         metrics: Arc<Metrics>,
@@ -79,6 +82,7 @@ impl EventLoop {
             store,
             shared: membership.map(|m| m.store),
             fence_node,
+            members,
             inputs_tx,
             inputs_rx,
             commands,
@@ -255,15 +259,26 @@ impl EventLoop {
             return;
         };
         let tx = self.inputs_tx.clone();
+        let members = self.members.clone();
+        let clock = self.clock.clone();
         tokio::spawn(async move {
             let input = match io {
                 Io::Beat {
                     node_id,
                     advertise,
                     timeout_ms,
-                } => NodeInput::Beat {
-                    result: store.beat(&node_id, &advertise, timeout_ms).await,
-                },
+                } => {
+                    let result = store.beat(&node_id, &advertise, timeout_ms).await;
+                    match &result {
+                        Ok(m) => {
+                            if let Ok(mut last) = members.lock() {
+                                *last = Some((m.clone(), clock()));
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot reach the database to beat"),
+                    }
+                    NodeInput::Beat { result }
+                }
                 Io::TakeOver {
                     node_id,
                     dead,

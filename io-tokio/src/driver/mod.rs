@@ -130,7 +130,14 @@ struct Shared {
     store: Arc<dyn Storage>,
     session_timeout_ms: Millis,
     clock: Clock,
+    /// Shared mode: this member, and the members its last beat found.
+    membership: Option<orbit_core::node::Member>,
+    members: Members,
 }
+
+/// The members the last beat of a shared-mode node found, and when (the
+/// driver's clock).
+pub type Members = Arc<std::sync::Mutex<Option<(orbit_core::store::shared::Members, Millis)>>>;
 
 /// The driver's clock: milliseconds since the Unix epoch.
 pub type Clock = Arc<dyn Fn() -> Millis + Send + Sync>;
@@ -241,11 +248,14 @@ impl Driver {
             store: store.clone(),
             session_timeout_ms: options.engine.session_timeout_ms,
             clock: sources.clock.clone(),
+            membership: options.membership.as_ref().map(|m| m.member.clone()),
+            members: Members::default(),
         });
         let event_loop = event_loop::EventLoop::new(
             node,
             store,
             options.membership.clone(),
+            shared.members.clone(),
             rx,
             committed,
             metrics,
@@ -338,6 +348,21 @@ impl Driver {
     /// Whether recovery finished and the loop is running.
     pub fn is_ready(&self) -> bool {
         self.shared.ready.load(Ordering::SeqCst) && !self.shared.commands.is_closed()
+    }
+
+    /// Shared cluster mode: this member's settings (`None` otherwise).
+    pub fn membership(&self) -> Option<&orbit_core::node::Member> {
+        self.shared.membership.as_ref()
+    }
+
+    /// Shared cluster mode: the members the last successful beat found,
+    /// and when it came back (the driver's clock).
+    pub fn members(&self) -> Option<(orbit_core::store::shared::Members, Millis)> {
+        self.shared
+            .members
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
     }
 
     /// The configured session timeout.

@@ -965,7 +965,7 @@ pub struct Health {
     /// `ok` (healthz) or `ready` (readyz).
     pub status: String,
     /// Under `--cluster`: this node's role, `leader` (`/readyz` answers 200
-    /// only there) or `standby`.
+    /// only there) or `standby`; `member` in shared mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
 }
@@ -977,7 +977,8 @@ pub struct Health {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct ClusterStatus {
-    /// `leader` (`--cluster`, leader/standby) or `single` (no `--cluster`).
+    /// `leader` (`--cluster`, leader/standby), `shared` (`--cluster
+    /// --cluster-mode shared`) or `single` (no `--cluster`).
     pub mode: String,
     /// The node that answered (`--node-id`); `null` on a single server.
     pub node_id: Option<String>,
@@ -1002,7 +1003,8 @@ pub struct ClusterNode {
     pub node_id: String,
     /// Its `--advertise` URL.
     pub advertise: String,
-    /// The role it last reported: `leader` or `standby`.
+    /// The role it last reported: `leader` or `standby`; `member` in
+    /// shared mode.
     pub role: String,
     /// Whether it was in contact within `--node-timeout`.
     pub live: bool,

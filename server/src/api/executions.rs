@@ -296,6 +296,32 @@ pub struct WaitQuery {
     pub timeout_ms: Option<u64>,
 }
 
+/// How often a shared-mode member looks at the row of an execution another
+/// member runs while a `wait` on it lasts.
+const WAIT_ELSEWHERE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `wait` on an execution another member owns: its row is read every
+/// [`WAIT_ELSEWHERE_EVERY`] until it is finished or the timeout passed,
+/// then answered as `GET` shows it.
+async fn wait_elsewhere(state: &AppState, id: &str, timeout_ms: u64) -> Result<Response, ApiError> {
+    let store = state.driver.store();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
+    loop {
+        let row = store.execution(id).await.map_err(ApiError::storage)?;
+        let Some(row) = row else {
+            return Err(reads::unknown(id));
+        };
+        let ended = parse_status(&row.status).is_ok_and(|s| s.is_terminal());
+        if ended || tokio::time::Instant::now() >= deadline {
+            return match reads::execution(store.as_ref(), id).await? {
+                Some((_, view)) => Ok((StatusCode::OK, axum::Json(view)).into_response()),
+                None => Err(reads::unknown(id)),
+            };
+        }
+        tokio::time::sleep(WAIT_ELSEWHERE_EVERY.min(deadline - tokio::time::Instant::now())).await;
+    }
+}
+
 /// Long-polls until the execution is terminal or the timeout passed; either
 /// way `200` with the execution as `GET` shows it.
 #[utoipa::path(post, path = "/v1/executions/{id}/wait", tag = "executions",
@@ -337,6 +363,10 @@ pub async fn wait(
             Some((_, view)) => Ok((StatusCode::OK, axum::Json(view)).into_response()),
             None => Err(reads::unknown(&id)),
         };
+    }
+    if state.driver.membership().is_some() {
+        // Shared mode: another member runs it; its row tells when it ends.
+        return wait_elsewhere(&state, &id, timeout_ms).await;
     }
     Ok(respond(
         state

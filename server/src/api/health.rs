@@ -22,7 +22,8 @@ pub async fn healthz() -> Json<Health> {
 /// Recovered, and the store would take a write now.
 #[utoipa::path(get, path = "/readyz", tag = "health", security(()),
     responses((status = 200, description = "ready: `{status: ready}` (under `--cluster`, only the \
-                  leader, with `role: leader`)", body = Health),
+                  leader, with `role: leader`; in shared mode every live member, with \
+                  `role: member`)", body = Health),
               (status = 503, description = "`NOT_READY`, or `NOT_LEADER` with `role: standby` on a \
                   `--cluster` standby", body = orbit_sdk::wire::ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
@@ -40,9 +41,27 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
             format!("the store does not answer: {e}"),
         ));
     }
+    let role = match state.driver.membership() {
+        Some(member) => {
+            // A member is live while its beats reach the database.
+            let live = state.driver.members().is_some_and(|(m, at)| {
+                state.driver.now().saturating_sub(at) <= member.node_timeout_ms
+                    && m.live.iter().any(|n| n.node_id == member.node_id)
+            });
+            if !live {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NOT_READY",
+                    "this cluster member has not reached the database within --node-timeout",
+                ));
+            }
+            Some("member".to_owned())
+        }
+        None => None,
+    };
     Ok(Json(Health {
         status: "ready".to_owned(),
-        role: None,
+        role,
     }))
 }
 

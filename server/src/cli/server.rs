@@ -102,14 +102,16 @@ pub struct Args {
     /// (lines about an execution carry `execution_id`).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Run as one of several servers on the same PostgreSQL database: one
-    /// leader at a time holds a lease and serves the API; the others are
-    /// standbys that answer `503 NOT_LEADER` and take over when the lease
-    /// runs out. PostgreSQL only.
+    /// Run as one of several servers on the same PostgreSQL database. In
+    /// leader mode one leader at a time holds a lease and serves the API;
+    /// the others are standbys that answer `503 NOT_LEADER` and take over
+    /// when the lease runs out. In shared mode every server executes
+    /// workflows. PostgreSQL only.
     #[arg(long)]
     pub cluster: bool,
     /// How the servers of a cluster share the work: `leader` (one leader,
-    /// standbys) is the only mode of this version.
+    /// standbys) or `shared` (every server owns the executions it starts
+    /// and takes over those of a server that died).
     #[arg(long, value_enum, default_value_t = ClusterMode::Leader, requires = "cluster")]
     pub cluster_mode: ClusterMode,
     /// This server's id in the cluster (default: generated at start, stored
@@ -122,7 +124,9 @@ pub struct Args {
     pub advertise: Option<String>,
     /// Length of the leader's lease: a leader silent for longer is replaced,
     /// and a leader that cannot reach the database for longer steps down.
-    /// Renewed every quarter of it.
+    /// Renewed every quarter of it. In shared mode: a server silent for
+    /// longer is dead and the others take over its executions; a server
+    /// that cannot reach the database for longer drops them.
     #[arg(long, default_value = "5s", value_parser = parse_duration, requires = "cluster")]
     pub node_timeout: Duration,
 }
@@ -133,7 +137,8 @@ pub enum ClusterMode {
     /// One leader serves; standbys wait to take over.
     #[default]
     Leader,
-    /// Every server executes workflows (not in this version: refused).
+    /// Every server executes workflows: each running execution has one
+    /// owner, and the others take over a dead server's executions.
     Shared,
 }
 
@@ -257,13 +262,6 @@ fn check_cluster(args: &Args) -> Result<(), ServerError> {
     if !args.cluster {
         return Ok(());
     }
-    if args.cluster_mode == ClusterMode::Shared {
-        return Err(ServerError::Usage(
-            "--cluster-mode shared is not available in this version; \
-             use --cluster-mode leader (the default)"
-                .into(),
-        ));
-    }
     if !is_postgres(&args.db) {
         return Err(ServerError::Usage(format!(
             "--cluster needs PostgreSQL: servers of a cluster share one PostgreSQL database \
@@ -361,6 +359,9 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         max_connections: args.max_connections,
         header_timeout: args.header_timeout,
     };
+    if args.cluster && args.cluster_mode == ClusterMode::Shared {
+        return serve_shared(args, addr, http_options, api_options, connection_limits).await;
+    }
     if args.cluster {
         return serve_cluster(args, addr, http_options, api_options, connection_limits).await;
     }
@@ -482,6 +483,80 @@ async fn serve_cluster(
     .await;
     stop_tx.send_replace(true);
     let _ = supervisor.await;
+    Ok(())
+}
+
+/// `--cluster --cluster-mode shared`: one driver whose node loop is a
+/// member of the shared cluster (it owns what it starts, reads its inbox,
+/// claims tasks from the database's queue and takes over dead members'
+/// executions), serving the whole API.
+async fn serve_shared(
+    args: Args,
+    addr: SocketAddr,
+    http_options: builtin::HttpOptions,
+    api_options: api::Options,
+    connection_limits: limits::ConnectionLimits,
+) -> Result<(), ServerError> {
+    use orbit_server::cluster;
+    let pg = Arc::new(PostgresStore::open(&PostgresOptions::new(&args.db)).await?);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let member = orbit_core::node::Member {
+        node_id: args
+            .node_id
+            .clone()
+            .unwrap_or_else(cluster::generated_node_id),
+        advertise: args
+            .advertise
+            .clone()
+            .unwrap_or_else(|| cluster::advertise_from_listen(bound)),
+        node_timeout_ms: millis(args.node_timeout),
+    };
+    let mut options = driver_options(&args);
+    options.membership = Some(driver::Membership {
+        member: member.clone(),
+        store: pg.clone(),
+    });
+    let driver = Driver::start(pg, options).await?;
+    let state = AppState {
+        driver: driver.clone(),
+        max_body: args.max_body,
+    };
+    let chores = spawn_chores(
+        &driver,
+        &http_options,
+        args.otlp_endpoint.as_deref(),
+        args.retention,
+    )?;
+    tracing::info!(
+        node_id = %member.node_id,
+        advertise = %member.advertise,
+        node_timeout_ms = member.node_timeout_ms,
+        "orbit server (cluster, shared mode) listening on http://{bound}"
+    );
+    if args.log_format == LogFormat::Text {
+        eprintln!("orbit server listening on http://{bound}");
+        eprintln!(
+            "cluster node `{}` (shared mode), advertised as {}, --node-timeout {:?}",
+            member.node_id, member.advertise, args.node_timeout
+        );
+    }
+    let stopping = driver.clone();
+    limits::serve(
+        listener,
+        api::app_with(state, api_options),
+        connection_limits,
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            stopping.shutdown().await;
+        },
+    )
+    .await;
+    driver.shutdown().await;
+    for chore in chores {
+        chore.abort();
+    }
     Ok(())
 }
 
