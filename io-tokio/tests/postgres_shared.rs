@@ -89,6 +89,7 @@ async fn concurrent_claims_from_many_servers_take_each_row_once() {
                     node_id: format!("n{s}"),
                     session: format!("s{s}-{c}"),
                     token: format!("t{s}-{c}"),
+                    worker_id: format!("w{s}-{c}"),
                     tasks: vec!["t".into()],
                 };
                 let mut got = Vec::new();
@@ -151,6 +152,7 @@ async fn a_claim_never_waits_for_an_owners_commit() {
         node_id: "n".into(),
         session: "s".into(),
         token: "t".into(),
+        worker_id: "w".into(),
         tasks: vec!["t".into()],
     };
     let claimed = tokio::time::timeout(Duration::from_secs(5), store.claim(&poll))
