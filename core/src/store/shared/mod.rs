@@ -11,9 +11,10 @@
 //! - `executions.owner_node`, `executions.owner_epoch`: the owner. Written
 //!   by every fenced append (the [`conflict`](super::conflict) rule refuses
 //!   a writer whose epoch is older, or equal under another node) and by
-//!   [`Store::take_over`] and [`Store::reclaim`], which set `epoch + 1`. An execution written
-//!   without a fence has the owner `""`, which is never alive: shared mode
-//!   takes over what a single server left running.
+//!   [`Store::take_over`] and [`Store::reclaim`], which set `epoch + 1`.
+//!   An execution written without a fence has the owner `""`, which is
+//!   never alive: shared mode takes over what a single server left
+//!   running.
 //! - `nodes (node_id, advertise, last_seen)`: each server's contact, every
 //!   250 ms, stamped with the *database's* clock; a node silent for
 //!   `--node-timeout` by that clock is dead. Who is dead and what it owns
@@ -321,11 +322,12 @@ pub trait Store: Send + Sync {
 
     /// Moves up to `limit` of `node_id`'s own non-terminal executions with
     /// an id above `after_id` (in id order) to its epoch plus one, in one
-    /// transaction, and returns them by id. Each moves only if it still
-    /// names `node_id` at the epoch read (compare and set, rows locked).
-    /// Takes nothing unless, judged in the same transaction by the
-    /// database's clock with `timeout_ms`, `node_id` is live. Its inbox
-    /// entries stay addressed to `node_id`.
+    /// transaction, and returns them by id (the store's order of ids, the
+    /// one `after_id` pages by). Each moves only if it still names
+    /// `node_id` at the epoch read (compare and set, rows locked). Takes
+    /// nothing unless, judged in the same transaction by the database's
+    /// clock with `timeout_ms`, `node_id` is live. Its inbox entries stay
+    /// addressed to `node_id`.
     ///
     /// A node that restarts with the same `--node-id`, or that lost the
     /// database for `--node-timeout` and dropped what it held, takes its
