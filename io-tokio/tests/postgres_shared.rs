@@ -86,10 +86,10 @@ async fn concurrent_claims_from_many_servers_take_each_row_once() {
             let server = server.clone();
             claimers.push(tokio::spawn(async move {
                 let poll = Poll {
-                    worker_id: String::new(),
                     node_id: format!("n{s}"),
                     session: format!("s{s}-{c}"),
                     token: format!("t{s}-{c}"),
+                    worker_id: format!("w{s}-{c}"),
                     tasks: vec!["t".into()],
                 };
                 let mut got = Vec::new();
@@ -149,10 +149,10 @@ async fn a_claim_never_waits_for_an_owners_commit() {
         .await
         .unwrap();
     let poll = Poll {
-        worker_id: String::new(),
         node_id: "n".into(),
         session: "s".into(),
         token: "t".into(),
+        worker_id: "w".into(),
         tasks: vec!["t".into()],
     };
     let claimed = tokio::time::timeout(Duration::from_secs(5), store.claim(&poll))
@@ -386,5 +386,39 @@ async fn survivors_with_different_views_never_take_one_execution_twice() {
     assert_eq!(all.len(), 300);
     let m = store.beat("a", "http://x", 60_000).await.unwrap();
     assert!(!m.dead.contains(&"dead".to_owned()), "{m:?}");
+    store.close().await;
+}
+
+/// A reclaim waits for a commit that holds one of its rows (its older
+/// incarnation's, finishing the execution): that row, finished, is passed
+/// over and the page is filled from the rows after it, so a short page
+/// still means nothing is left.
+#[tokio::test]
+async fn a_reclaim_waiting_for_a_finishing_commit_still_fills_its_page() {
+    let Some(db) = ScratchDatabase::create("reclaimwait").await else {
+        return;
+    };
+    let store = open(&db).await;
+    for id in ["r1", "r2", "r3"] {
+        store.commit(&owned(id, "n", 1)).await.unwrap();
+    }
+    store.beat("n", "http://n", 60_000).await.unwrap();
+    let mut older = sqlx::PgConnection::connect(db.url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut older).await.unwrap();
+    sqlx::query("UPDATE executions SET status = 'completed' WHERE id = 'r1'")
+        .execute(&mut older)
+        .await
+        .unwrap();
+    let reclaimer = store.clone();
+    let reclaim = tokio::spawn(async move { reclaimer.reclaim("n", "", 60_000, 2).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!reclaim.is_finished(), "the reclaim did not wait");
+    sqlx::query("COMMIT").execute(&mut older).await.unwrap();
+    let taken = reclaim.await.unwrap();
+    let ids: Vec<(&str, u64)> = taken
+        .iter()
+        .map(|t| (t.execution_id.as_str(), t.epoch))
+        .collect();
+    assert_eq!(ids, vec![("r2", 2), ("r3", 2)]);
     store.close().await;
 }

@@ -208,6 +208,38 @@ impl SimStore {
         Ok(taken)
     }
 
+    /// [`shared::Store::reclaim`], applied now.
+    pub fn reclaim_now(
+        &self,
+        node_id: &str,
+        after_id: &str,
+        timeout_ms: Millis,
+        limit: u32,
+    ) -> Result<Vec<Taken>, StorageError> {
+        refuse_empty(node_id)?;
+        let mut s = self.lock();
+        if !s.live(node_id, timeout_ms) {
+            return Ok(Vec::new());
+        }
+        let mut taken = Vec::new();
+        for (id, r) in s.executions.range_mut::<str, _>((
+            std::ops::Bound::Excluded(after_id),
+            std::ops::Bound::Unbounded,
+        )) {
+            if taken.len() >= limit as usize {
+                break;
+            }
+            if r.owner_node == node_id && !is_terminal(&r.row.status) {
+                r.owner_epoch += 1;
+                taken.push(Taken {
+                    execution_id: id.clone(),
+                    epoch: r.owner_epoch,
+                });
+            }
+        }
+        Ok(taken)
+    }
+
     /// [`shared::Store::send`], applied now.
     pub fn send_now(
         &self,
@@ -379,6 +411,16 @@ impl shared::Store for SimStore {
         self.take_over_now(node_id, dead, live, timeout_ms, limit)
     }
 
+    async fn reclaim(
+        &self,
+        node_id: &str,
+        after_id: &str,
+        timeout_ms: Millis,
+        limit: u32,
+    ) -> Result<Vec<Taken>, StorageError> {
+        self.reclaim_now(node_id, after_id, timeout_ms, limit)
+    }
+
     async fn send(
         &self,
         execution_id: &str,
@@ -534,6 +576,16 @@ impl shared::Store for Faulty {
         limit: u32,
     ) -> Result<Vec<Taken>, StorageError> {
         self.write(|s| s.take_over_now(node_id, dead, live, timeout_ms, limit))
+    }
+
+    async fn reclaim(
+        &self,
+        node_id: &str,
+        after_id: &str,
+        timeout_ms: Millis,
+        limit: u32,
+    ) -> Result<Vec<Taken>, StorageError> {
+        self.write(|s| s.reclaim_now(node_id, after_id, timeout_ms, limit))
     }
 
     async fn send(

@@ -5,7 +5,7 @@
 //! a node that owns executions and was never heard from is dead at once,
 //! whatever the clock.
 
-use super::{assignee, Dispatch, Kind, Poll, Sent, Store, Taken};
+use super::{assignee, family, slot, Dispatch, Kind, Poll, Sent, Store, Taken};
 use crate::store::contract::{append, events, fail, io, row, Violation};
 use crate::store::{Consumed, Fence, QueueOp, Storage, StorageError, Transaction};
 use serde_json::json;
@@ -145,11 +145,15 @@ pub async fn run<S: Storage + Store>(store: &S) -> Result<(), Violation> {
     a_beat_lists_the_live_and_the_dead_owners(store).await?;
     a_takeover_bumps_the_epoch_and_fences_the_old_owner(store).await?;
     two_survivors_never_take_the_same_execution(store).await?;
+    a_family_moves_to_one_survivor(store).await?;
     only_a_live_node_takes_over_and_only_from_a_dead_one(store).await?;
     finished_executions_are_never_taken(store).await?;
     executions_written_without_a_fence_are_taken_over(store).await?;
     the_inbox_is_read_in_order_and_consumed_with_the_events(store).await?;
     a_dead_nodes_inbox_moves_with_its_executions(store).await?;
+    a_reclaim_bumps_the_epoch_and_fences_the_older_incarnation(store).await?;
+    a_reclaim_takes_only_its_own_running_executions_page_by_page(store).await?;
+    a_silent_node_reclaims_nothing(store).await?;
     a_send_to_a_finished_or_unknown_execution_stores_nothing(store).await?;
     a_claim_moves_the_row_into_the_owners_inbox(store).await?;
     two_concurrent_claims_never_get_the_same_row(store).await?;
@@ -334,6 +338,78 @@ pub async fn two_survivors_never_take_the_same_execution<S: Storage + Store>(
     // left: every execution already moved.
     let alone = take_all(store, C, &a, &dead, std::slice::from_ref(&a)).await?;
     ensure!(C, alone.is_empty(), "taken again: {alone:?}");
+    Ok(())
+}
+
+/// A parent and its descendants (`p`, `p.a`, `p.b[1]`, `p.a.c`) move to
+/// one survivor: the [`assignee`] of the family root. The families are
+/// picked so that each survivor gets one and at least one family would be
+/// split if each id were spread by its own slot.
+pub async fn a_family_moves_to_one_survivor<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "a_family_moves_to_one_survivor";
+    let dead = unique("dead");
+    let (a, b) = (unique("a"), unique("b"));
+    let mut live = vec![a.clone(), b.clone()];
+    live.sort();
+    let members = |root: &str| ["", ".a", ".b[1]", ".a.c"].map(|m| format!("{root}{m}"));
+    let split_by_id = |root: &str| {
+        let want = slot(root) % 2;
+        members(root).iter().any(|id| slot(id) % 2 != want)
+    };
+    let mut roots: Vec<String> = Vec::new();
+    while roots.len() < 3
+        || !roots.iter().any(|r| split_by_id(r))
+        || !live
+            .iter()
+            .all(|n| roots.iter().any(|r| assignee(r, &live) == Some(n.as_str())))
+    {
+        ensure!(C, roots.len() < 64, "no split of {roots:?}");
+        roots.push(unique("p"));
+    }
+    for root in &roots {
+        for id in members(root) {
+            create(store, C, &id, &dead, 1).await?;
+        }
+    }
+    store
+        .beat(&a, "http://a", TIMEOUT_MS)
+        .await
+        .map_err(io(C))?;
+    store
+        .beat(&b, "http://b", TIMEOUT_MS)
+        .await
+        .map_err(io(C))?;
+    let (ta, tb) = join(
+        take_all(store, C, &a, &dead, &live),
+        take_all(store, C, &b, &dead, &live),
+    )
+    .await;
+    let (ta, tb) = (ta?, tb?);
+    let mut went: Vec<(&str, &str)> = Vec::new();
+    for (node, taken) in [(&a, &ta), (&b, &tb)] {
+        went.extend(
+            taken
+                .iter()
+                .map(|t| (t.execution_id.as_str(), node.as_str())),
+        );
+    }
+    ensure!(
+        C,
+        went.len() == roots.len() * 4,
+        "took {} of {}: {went:?}",
+        went.len(),
+        roots.len() * 4
+    );
+    for (id, node) in &went {
+        ensure!(
+            C,
+            assignee(family(id), &live) == Some(*node),
+            "{id} went to {node}, not with its family root {}",
+            family(id)
+        );
+    }
     Ok(())
 }
 
@@ -748,6 +824,206 @@ pub async fn a_dead_nodes_inbox_moves_with_its_executions<S: Storage + Store>(
     Ok(())
 }
 
+/// Reclaims all of `node`'s running executions, in pages of 2 (`after_id`
+/// the last id returned), until a page comes back short; each page must be
+/// in id order and start above the previous one.
+async fn reclaim_all<S: Storage + Store>(
+    store: &S,
+    check: &'static str,
+    node: &str,
+) -> Result<Vec<Taken>, Violation> {
+    let mut all: Vec<Taken> = Vec::new();
+    for _ in 0..100 {
+        let after = all
+            .last()
+            .map_or("", |t| t.execution_id.as_str())
+            .to_owned();
+        let page = store
+            .reclaim(node, &after, TIMEOUT_MS, 2)
+            .await
+            .map_err(io(check))?;
+        ensure!(
+            check,
+            page.windows(2)
+                .all(|w| w[0].execution_id < w[1].execution_id)
+                && page
+                    .first()
+                    .is_none_or(|t| t.execution_id.as_str() > after.as_str()),
+            "page after {after:?}: {page:?}"
+        );
+        let done = page.len() < 2;
+        all.extend(page);
+        if done {
+            return Ok(all);
+        }
+    }
+    Err(fail(check, "reclaim never ran out"))
+}
+
+/// A node that reclaims its own execution moves it to the next epoch: an
+/// older incarnation of it, still writing or consuming at the old epoch,
+/// is `fenced`; the new epoch passes; the inbox entries stay its own.
+pub async fn a_reclaim_bumps_the_epoch_and_fences_the_older_incarnation<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "a_reclaim_bumps_the_epoch_and_fences_the_older_incarnation";
+    let node = unique("node");
+    let x = unique("x");
+    create(store, C, &x, &node, 3).await?;
+    let (entry, _) = queued(
+        C,
+        store
+            .send(&x, Kind::Signal, &json!({}))
+            .await
+            .map_err(io(C))?,
+    )?;
+    store
+        .beat(&node, "http://node", TIMEOUT_MS)
+        .await
+        .map_err(io(C))?;
+    let taken = reclaim_all(store, C, &node).await?;
+    ensure!(
+        C,
+        taken
+            == vec![Taken {
+                execution_id: x.clone(),
+                epoch: 4
+            }],
+        "reclaimed {taken:?}"
+    );
+    let inbox = store.inbox(&node, 0, 100).await.map_err(io(C))?;
+    ensure!(
+        C,
+        inbox.iter().map(|e| e.id).collect::<Vec<_>>() == vec![entry],
+        "inbox after the reclaim {inbox:?}"
+    );
+    let mut older = append(&x, 2, 3);
+    older.fence = Some(fence(&node, 3));
+    let r = store
+        .commit(&Transaction {
+            appends: vec![older],
+            inbox_consumed: vec![Consumed {
+                id: entry,
+                execution_id: x.clone(),
+                fence: fence(&node, 3),
+            }],
+            ..Transaction::default()
+        })
+        .await;
+    ensure!(
+        C,
+        matches!(&r, Err(StorageError::Conflict { fenced, .. }) if fenced == &vec![x.clone()]),
+        "the older incarnation's append gave {r:?}"
+    );
+    let mut newer = append(&x, 2, 3);
+    newer.fence = Some(fence(&node, 4));
+    store
+        .commit(&Transaction {
+            appends: vec![newer],
+            inbox_consumed: vec![Consumed {
+                id: entry,
+                execution_id: x.clone(),
+                fence: fence(&node, 4),
+            }],
+            ..Transaction::default()
+        })
+        .await
+        .map_err(io(C))?;
+    let h = store.history(&x, 0, 100).await.map_err(io(C))?;
+    ensure!(C, h == events(1, 3), "history {h:?}");
+    Ok(())
+}
+
+/// A reclaim moves only the caller's own running executions: another
+/// node's and its finished ones keep their owner and epoch. Paging with
+/// the last id returned visits each execution once, in id order.
+pub async fn a_reclaim_takes_only_its_own_running_executions_page_by_page<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "a_reclaim_takes_only_its_own_running_executions_page_by_page";
+    let node = unique("node");
+    let other = unique("other");
+    let mut running: Vec<String> = (0..5).map(|_| unique("x")).collect();
+    for id in &running {
+        create(store, C, id, &node, 1).await?;
+    }
+    running.sort();
+    let ended = unique("ended");
+    create(store, C, &ended, &node, 1).await?;
+    finish(store, C, &ended, &node, 1).await?;
+    let theirs = unique("y");
+    create(store, C, &theirs, &other, 1).await?;
+    store
+        .beat(&node, "http://node", TIMEOUT_MS)
+        .await
+        .map_err(io(C))?;
+    store
+        .beat(&other, "http://other", TIMEOUT_MS)
+        .await
+        .map_err(io(C))?;
+    let taken = reclaim_all(store, C, &node).await?;
+    let want: Vec<Taken> = running
+        .iter()
+        .map(|id| Taken {
+            execution_id: id.clone(),
+            epoch: 2,
+        })
+        .collect();
+    ensure!(C, taken == want, "reclaimed {taken:?}, want {want:?}");
+    // A page after the last id is empty; limit 0 takes nothing.
+    let last = running.last().cloned().unwrap_or_default();
+    let r = store
+        .reclaim(&node, &last, TIMEOUT_MS, 10)
+        .await
+        .map_err(io(C))?;
+    ensure!(C, r.is_empty(), "after the last id: {r:?}");
+    let r = store
+        .reclaim(&node, "", TIMEOUT_MS, 0)
+        .await
+        .map_err(io(C))?;
+    ensure!(C, r.is_empty(), "limit 0 took {r:?}");
+    // The finished execution and the other node's kept their epoch 1.
+    let mut late = append(&ended, 3, 4);
+    late.fence = Some(fence(&node, 1));
+    late.projection = row(&ended, "completed", 4);
+    let mut theirs_next = append(&theirs, 2, 3);
+    theirs_next.fence = Some(fence(&other, 1));
+    store
+        .commit(&Transaction {
+            appends: vec![late, theirs_next],
+            ..Transaction::default()
+        })
+        .await
+        .map_err(io(C))?;
+    Ok(())
+}
+
+/// A node that has not beaten within the timeout reclaims nothing, and its
+/// executions keep their epoch.
+pub async fn a_silent_node_reclaims_nothing<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "a_silent_node_reclaims_nothing";
+    let silent = unique("silent");
+    let x = unique("x");
+    create(store, C, &x, &silent, 1).await?;
+    let taken = store
+        .reclaim(&silent, "", TIMEOUT_MS, 10)
+        .await
+        .map_err(io(C))?;
+    ensure!(C, taken.is_empty(), "a silent node reclaimed {taken:?}");
+    let mut next = append(&x, 2, 3);
+    next.fence = Some(fence(&silent, 1));
+    store
+        .commit(&Transaction {
+            appends: vec![next],
+            ..Transaction::default()
+        })
+        .await
+        .map_err(io(C))?;
+    Ok(())
+}
+
 /// A send to a finished execution or an unknown id stores nothing.
 pub async fn a_send_to_a_finished_or_unknown_execution_stores_nothing<S: Storage + Store>(
     store: &S,
@@ -815,10 +1091,10 @@ pub async fn a_claim_moves_the_row_into_the_owners_inbox<S: Storage + Store>(
         .map_err(io(C))?;
     finish(store, C, &ended, &owner, 2).await?;
     let poll = Poll {
-        worker_id: String::new(),
         node_id: poller.clone(),
         session: "s1".into(),
         token: "t1".into(),
+        worker_id: "w1".into(),
         tasks: vec![task.clone(), unique("task")],
     };
     let claimed = store.claim(&poll).await.map_err(io(C))?;
@@ -854,12 +1130,12 @@ pub async fn a_claim_moves_the_row_into_the_owners_inbox<S: Storage + Store>(
         C,
         dispatch.as_ref().ok()
             == Some(&Dispatch {
-                worker_id: String::new(),
                 unit: "u1".into(),
                 task: task.clone(),
                 token: "t1".into(),
                 session: "s1".into(),
                 node_id: poller.clone(),
+                worker_id: "w1".into(),
             }),
         "dispatch body {:?}",
         inbox[0].body
@@ -893,10 +1169,10 @@ pub async fn two_concurrent_claims_never_get_the_same_row<S: Storage + Store>(
         .await
         .map_err(io(C))?;
     let poll = |n: &str| Poll {
-        worker_id: String::new(),
         node_id: unique(n),
         session: n.to_owned(),
         token: n.to_owned(),
+        worker_id: n.to_owned(),
         tasks: vec![task.clone()],
     };
     let (pa, pb) = (poll("a"), poll("b"));
@@ -909,6 +1185,18 @@ pub async fn two_concurrent_claims_never_get_the_same_row<S: Storage + Store>(
     );
     let inbox = store.inbox(&owner, 0, 100).await.map_err(io(C))?;
     ensure!(C, inbox.len() == 1, "dispatch entries {inbox:?}");
+    let winner = if ra.is_some() { &pa } else { &pb };
+    let dispatch: Result<Dispatch, _> = serde_json::from_value(inbox[0].body.clone());
+    ensure!(
+        C,
+        dispatch
+            .as_ref()
+            .is_ok_and(|d| d.worker_id == winner.worker_id
+                && d.session == winner.session
+                && d.node_id == winner.node_id),
+        "dispatch body {:?} for {winner:?}",
+        inbox[0].body
+    );
     Ok(())
 }
 
@@ -965,13 +1253,15 @@ pub async fn an_empty_node_id_is_refused<S: Storage + Store>(store: &S) -> Resul
     ensure!(C, r.is_err(), "touch_sessions by \"\" gave {r:?}");
     let r = store
         .claim(&Poll {
-            worker_id: String::new(),
             node_id: String::new(),
             session: "s".into(),
             token: "t".into(),
+            worker_id: "w".into(),
             tasks: vec!["t".into()],
         })
         .await;
     ensure!(C, r.is_err(), "claim by \"\" gave {r:?}");
+    let r = store.reclaim("", "", TIMEOUT_MS, 5).await;
+    ensure!(C, r.is_err(), "reclaim by \"\" gave {r:?}");
     Ok(())
 }

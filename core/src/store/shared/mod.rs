@@ -11,9 +11,10 @@
 //! - `executions.owner_node`, `executions.owner_epoch`: the owner. Written
 //!   by every fenced append (the [`conflict`](super::conflict) rule refuses
 //!   a writer whose epoch is older, or equal under another node) and by
-//!   [`Store::take_over`], which sets `epoch + 1`. An execution written
-//!   without a fence has the owner `""`, which is never alive: shared mode
-//!   takes over what a single server left running.
+//!   [`Store::take_over`] and [`Store::reclaim`], which set `epoch + 1`.
+//!   An execution written without a fence has the owner `""`, which is
+//!   never alive: shared mode takes over what a single server left
+//!   running.
 //! - `nodes (node_id, advertise, last_seen)`: each server's contact, every
 //!   250 ms, stamped with the *database's* clock; a node silent for
 //!   `--node-timeout` by that clock is dead. Who is dead and what it owns
@@ -39,7 +40,11 @@
 //!   consumptions are fenced. Each row moves only if it still names the
 //!   dead node at the epoch read (compare and set, rows locked), and the
 //!   survivors split the executions by [`assignee`] over their member
-//!   list, so two survivors never claim one execution.
+//!   list, so two survivors never claim one execution. [`assignee`] spreads
+//!   by [`family`], so a parent and its child executions move together.
+//! - [`Store::reclaim`] bumps the epoch of a node's own executions (after a
+//!   restart, or after it dropped them) with the same compare and set, so
+//!   an older incarnation of the node is fenced like a dead owner.
 //! - [`Store::send`] reads the owner with the row locked against a
 //!   takeover and writes the entry to that owner: an entry is never
 //!   addressed to an owner that has already lost the execution.
@@ -188,10 +193,10 @@ pub struct Poll {
     pub session: String,
     /// The delivery token the task is handed out with.
     pub token: String,
+    /// The worker polling (its `worker_id`), written into the [`Dispatch`].
+    pub worker_id: String,
     /// The tasks the worker takes.
     pub tasks: Vec<String>,
-    /// The worker's id (recorded in `StepDispatched`).
-    pub worker_id: String,
 }
 
 /// A task claimed by [`Store::claim`].
@@ -226,7 +231,7 @@ pub struct Dispatch {
     pub session: String,
     /// The node that handed it out.
     pub node_id: String,
-    /// The worker's id (recorded in `StepDispatched`).
+    /// The worker it went to (`""` in entries written before the field).
     #[serde(default)]
     pub worker_id: String,
 }
@@ -249,13 +254,24 @@ pub fn slot(execution_id: &str) -> u32 {
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
 }
 
+/// The family root of an execution id: the part before the first `.`.
+/// Child executions are named `<parent>.<unit...>` and client ids never
+/// contain `.`, so a parent and all its descendants share one root.
+pub fn family(execution_id: &str) -> &str {
+    execution_id
+        .split_once('.')
+        .map_or(execution_id, |(root, _)| root)
+}
+
 /// Which of the live nodes (sorted node ids) takes over `execution_id`:
-/// `live[slot % live.len()]`; `None` when no node is live.
+/// `live[slot(family) % live.len()]`, so a parent and its descendants
+/// always go to the same survivor; `None` when no node is live.
+/// PostgreSQL computes the same in SQL (`orbit_slot(split_part(id, '.', 1))`).
 pub fn assignee<'a>(execution_id: &str, live: &'a [String]) -> Option<&'a str> {
     if live.is_empty() {
         return None;
     }
-    let i = slot(execution_id) as usize % live.len();
+    let i = slot(family(execution_id)) as usize % live.len();
     live.get(i).map(String::as_str)
 }
 
@@ -304,6 +320,29 @@ pub trait Store: Send + Sync {
         limit: u32,
     ) -> Result<Vec<Taken>, StorageError>;
 
+    /// Moves up to `limit` of `node_id`'s own non-terminal executions with
+    /// an id above `after_id` (in id order) to its epoch plus one, in one
+    /// transaction, and returns them by id (the store's order of ids, the
+    /// one `after_id` pages by). Each moves only if it still names
+    /// `node_id` at the epoch read (compare and set, rows locked). Takes
+    /// nothing unless, judged in the same transaction by the database's
+    /// clock with `timeout_ms`, `node_id` is live. Its inbox entries stay
+    /// addressed to `node_id`.
+    ///
+    /// A node that restarts with the same `--node-id`, or that lost the
+    /// database for `--node-timeout` and dropped what it held, takes its
+    /// own executions back with a new epoch: any older incarnation of
+    /// itself still writing at the old epoch is then fenced. The caller
+    /// pages with the last id returned as `after_id` until a page comes
+    /// back shorter than `limit`. An empty `node_id` is refused.
+    async fn reclaim(
+        &self,
+        node_id: &str,
+        after_id: &str,
+        timeout_ms: Millis,
+        limit: u32,
+    ) -> Result<Vec<Taken>, StorageError>;
+
     /// Appends an entry (`kind`, `body`) to the inbox of the current owner
     /// of `execution_id`, read with the row locked against a takeover.
     /// Nothing is stored for a finished or unknown execution.
@@ -336,20 +375,6 @@ pub trait Store: Send + Sync {
     /// oldest rows of every task (64 of each) is being claimed, or its
     /// execution committed, at that instant: the poll asks again.
     async fn claim(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError>;
-
-    /// Takes `node_id`'s own non-terminal executions with an id above
-    /// `after_id` back at `epoch + 1` (up to `limit`, by id). Placeholder
-    /// until the stores implement it: takes nothing.
-    async fn reclaim(
-        &self,
-        node_id: &str,
-        after_id: &str,
-        timeout_ms: Millis,
-        limit: u32,
-    ) -> Result<Vec<Taken>, StorageError> {
-        let _ = (node_id, after_id, timeout_ms, limit);
-        Ok(Vec::new())
-    }
 
     /// Records the contact of every session in `sessions` as polling
     /// `node_id`, at the database's now.
@@ -403,5 +428,37 @@ mod tests {
         }
         assert!(counts.iter().all(|&c| c > 50), "spread {counts:?}");
         assert_eq!(assignee("x", &[]), None);
+    }
+
+    #[test]
+    fn a_family_is_the_id_before_the_first_dot() {
+        assert_eq!(family("order-17"), "order-17");
+        assert_eq!(family("order-17.charge"), "order-17");
+        assert_eq!(family("order-17.charge.retry[2]"), "order-17");
+        assert_eq!(family(""), "");
+        assert_eq!(family(".x"), "");
+    }
+
+    #[test]
+    fn a_family_has_one_assignee() {
+        let live: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
+        for i in 0..100 {
+            let root = format!("x-{i}");
+            let want = assignee(&root, &live);
+            assert_eq!(want, live.get(slot(&root) as usize % 5).map(String::as_str));
+            for child in ["a", "b[1]", "a.c", "a.c[3].d"] {
+                let id = format!("{root}.{child}");
+                assert_eq!(assignee(&id, &live), want, "{id}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_dispatch_without_a_worker_id_reads_as_empty() {
+        let old = serde_json::json!({
+            "unit": "u", "task": "t", "token": "k", "session": "s", "node_id": "n"
+        });
+        let d: Dispatch = serde_json::from_value(old).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.worker_id, "");
     }
 }

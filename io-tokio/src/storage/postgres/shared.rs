@@ -8,7 +8,11 @@
 //!
 //! - a takeover locks the dead node's rows `FOR UPDATE SKIP LOCKED` (by
 //!   id, as commits do) before it moves them and re-addresses their inbox
-//!   entries;
+//!   entries; it picks its share by the slot of each id's family root
+//!   (`split_part(id, '.', 1)`, as `shared::assignee` does);
+//! - a reclaim locks the node's own rows `FOR UPDATE` (by id): only the
+//!   node itself calls it, so it may wait for its own older incarnation's
+//!   commit;
 //! - a send locks its execution's row `FOR SHARE` while it reads the owner
 //!   and writes the entry, so the entry and a takeover never cross;
 //! - a claim locks its queue row `FOR UPDATE SKIP LOCKED` and the
@@ -99,11 +103,11 @@ impl PostgresStore {
     }
 
     /// Whether each of `nodes` wrote its contact within `timeout_ms`.
-    async fn live_now(
+    async fn live_now<const N: usize>(
         conn: &mut PgConnection,
-        nodes: [&str; 2],
+        nodes: [&str; N],
         timeout_ms: Millis,
-    ) -> Result<[bool; 2], StorageError> {
+    ) -> Result<[bool; N], StorageError> {
         let rows = sqlx::query(
             "SELECT node_id FROM nodes WHERE node_id = ANY($1) \
              AND last_seen >= now() - $2 * interval '1 millisecond'",
@@ -200,7 +204,8 @@ impl PostgresStore {
         let rows = sqlx::query(&format!(
             "WITH picked AS ( \
                SELECT id FROM executions \
-               WHERE owner_node = $1 AND {ACTIVE} AND orbit_slot(id) % $3 = $4 \
+               WHERE owner_node = $1 AND {ACTIVE} \
+               AND orbit_slot(split_part(id, '.', 1)) % $3 = $4 \
                ORDER BY id LIMIT $5 FOR UPDATE SKIP LOCKED) \
              UPDATE executions x SET owner_node = $2, owner_epoch = x.owner_epoch + 1 \
              FROM picked WHERE x.id = picked.id AND x.owner_node = $1 \
@@ -236,6 +241,50 @@ impl PostgresStore {
                 .map_err(unavailable)?;
         }
         Ok(taken)
+    }
+
+    async fn reclaim_in(
+        conn: &mut PgConnection,
+        node_id: &str,
+        after_id: &str,
+        timeout_ms: Millis,
+        limit: u32,
+    ) -> Result<Vec<Taken>, StorageError> {
+        let [me_live] = Self::live_now(conn, [node_id], timeout_ms).await?;
+        if !me_live {
+            return Ok(Vec::new());
+        }
+        // Plain FOR UPDATE under the LIMIT: a row that changed while it was
+        // waited for (finished, or taken over) is passed and the next one
+        // locked instead, so a short page still means none are left. The
+        // answer is in the database's id order, the order `id > $2` pages
+        // by.
+        let rows = sqlx::query(&format!(
+            "WITH picked AS ( \
+               SELECT id FROM executions \
+               WHERE owner_node = $1 AND {ACTIVE} AND id > $2 \
+               ORDER BY id LIMIT $3 FOR UPDATE), \
+             moved AS ( \
+               UPDATE executions x SET owner_epoch = x.owner_epoch + 1 \
+               FROM picked WHERE x.id = picked.id AND x.owner_node = $1 \
+               RETURNING x.id, x.owner_epoch) \
+             SELECT id, owner_epoch FROM moved ORDER BY id"
+        ))
+        .bind(node_id)
+        .bind(after_id)
+        .bind(i64::from(limit))
+        .persistent(false)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|r| {
+                Ok(Taken {
+                    execution_id: r.try_get(0).map_err(unavailable)?,
+                    epoch: to_u64(r.try_get(1).map_err(unavailable)?),
+                })
+            })
+            .collect()
     }
 
     /// Writes an entry for `owner` and returns its id.
@@ -397,6 +446,22 @@ impl shared::Store for PostgresStore {
         }
         let (mut conn, doubt) = self.begin_shared().await?;
         let result = Self::take_over_in(&mut conn, node_id, dead, &view, timeout_ms, limit).await;
+        self.end_shared(conn, doubt, result).await
+    }
+
+    async fn reclaim(
+        &self,
+        node_id: &str,
+        after_id: &str,
+        timeout_ms: Millis,
+        limit: u32,
+    ) -> Result<Vec<Taken>, StorageError> {
+        refuse_empty(node_id)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (mut conn, doubt) = self.begin_shared().await?;
+        let result = Self::reclaim_in(&mut conn, node_id, after_id, timeout_ms, limit).await;
         self.end_shared(conn, doubt, result).await
     }
 
