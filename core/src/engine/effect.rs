@@ -69,6 +69,10 @@ pub enum Effect {
         /// The poll (node, session, token, task names, worker).
         poll: crate::store::shared::Poll,
     },
+    /// Shared cluster mode: read every registered definition and feed
+    /// [`super::Input::Definitions`] (a request names a workflow, or an
+    /// adopted execution a definition, deployed through another node).
+    ReadDefinitions,
     /// Shared cluster mode: an entry fed with [`super::Input::Inbox`] is
     /// done: applied (its deletion committed with what it caused), or not
     /// (nothing written: feed it again when it is read again).

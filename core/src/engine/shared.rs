@@ -130,6 +130,12 @@ pub(super) struct Shared {
     reading: BTreeSet<String>,
     /// A commit queued tasks: parked polls claim at once.
     enqueued: bool,
+    /// Requests waiting for the store's definitions (and those that ran
+    /// again after them: they do not ask twice).
+    awaiting_definitions: Vec<(RequestId, Request)>,
+    definitions_read: BTreeSet<RequestId>,
+    /// Adopted executions whose definition is not registered here yet.
+    unadopted: Vec<(StoredExecution, u64)>,
 }
 
 /// The request an inbox entry asks for (`None`: nothing to apply).
@@ -329,7 +335,11 @@ impl Engine {
                 continue;
             }
             self.shared.entries.insert(id, e.execution_id.clone());
+            // Entries of one execution apply in order: one behind a batch
+            // in flight (the dispatch before it, say) waits for it.
+            let behind = held.is_some_and(|x| x.blocked() || !x.waiting.is_empty());
             match entry_request(&e) {
+                Some(request) if behind => self.park_behind(&e.execution_id, id, request),
                 Some(request) => self.request(id, request),
                 None => self.reply(id, Response::ok(200, json!({}))),
             }
@@ -403,6 +413,7 @@ impl Engine {
                     continue;
                 };
                 self.shared.local.remove(&request);
+                self.shared.definitions_read.remove(&request);
                 if request & INBOX_REQUESTS == 0 {
                     kept.push(Effect::Reply { request, response });
                     continue;
@@ -893,6 +904,14 @@ impl Engine {
             if stored.events.is_empty() {
                 continue;
             }
+            let hash = Projection::fold(&id, &stored.events).definition_hash;
+            if !self.registry.by_hash.contains_key(&hash) {
+                // Deployed through another node: read the definitions, then
+                // adopt it.
+                self.ask_definitions();
+                self.shared.unadopted.push((stored, epoch));
+                continue;
+            }
             if self.install(stored) {
                 if let Some(e) = self.executions.get_mut(&id) {
                     e.epoch = Some(epoch);
@@ -922,6 +941,42 @@ impl Engine {
         }
         self.load_missing_children();
         self.admission.needed = true;
+    }
+
+    /// Shared mode: a request names a workflow this node does not know,
+    /// perhaps deployed through another node: it waits for the store's
+    /// definitions (once). True when it waits.
+    pub(super) fn definitions_first(&mut self, id: RequestId, request: &Request) -> bool {
+        if !self.is_shared() || self.shared.definitions_read.remove(&id) {
+            return false;
+        }
+        self.ask_definitions();
+        self.shared.awaiting_definitions.push((id, request.clone()));
+        true
+    }
+
+    fn ask_definitions(&mut self) {
+        let asked =
+            !self.shared.awaiting_definitions.is_empty() || !self.shared.unadopted.is_empty();
+        if !asked {
+            self.out.push(Effect::ReadDefinitions);
+        }
+    }
+
+    /// The store's definitions: registered, then what waited for them
+    /// runs again.
+    pub(super) fn definitions_read(&mut self, definitions: Vec<super::batch::DefinitionRecord>) {
+        for d in definitions {
+            self.register(d);
+        }
+        let unadopted = std::mem::take(&mut self.shared.unadopted);
+        if !unadopted.is_empty() {
+            self.adopt(unadopted);
+        }
+        for (id, request) in std::mem::take(&mut self.shared.awaiting_definitions) {
+            self.shared.definitions_read.insert(id);
+            self.request(id, request);
+        }
     }
 
     /// Drops every execution this node owns (it lost the database for

@@ -131,6 +131,11 @@ pub enum NodeInput {
         /// Whether it was written.
         result: Result<(), StorageError>,
     },
+    /// Shared mode: an [`Io::ReadDefinitions`] came back.
+    Definitions {
+        /// Every registered definition.
+        result: Result<Vec<DefinitionRecord>, StorageError>,
+    },
     /// Shared mode: an [`Io::ReadSessions`] came back.
     SessionContacts {
         /// The contacts found.
@@ -248,6 +253,9 @@ pub enum Io {
         /// The sessions.
         sessions: Vec<String>,
     },
+    /// Shared mode: read every registered definition (`load_definitions`,
+    /// decoded), then feed [`NodeInput::Definitions`].
+    ReadDefinitions,
     /// Shared mode: read these sessions' contact
     /// (`shared::Store::session_contacts`), then feed
     /// [`NodeInput::SessionContacts`].

@@ -252,6 +252,7 @@ impl Node {
                 }),
                 Effect::Claim { claim, poll } => self.out.push(Io::Claim { claim, poll }),
                 Effect::InboxDone { entry, applied } => self.inbox_done(entry, applied),
+                Effect::ReadDefinitions => self.read_definitions(),
             }
         }
     }

@@ -32,6 +32,10 @@ pub const INBOX_MS: Millis = 50;
 pub const TOUCH_MS: Millis = 250;
 /// How often a node reads the contact of other nodes' sessions.
 pub const CONTACTS_MS: Millis = 500;
+/// How often a node reads the definitions (those deployed through other
+/// members register here too; a request naming an unknown one reads them
+/// at once).
+pub const DEFINITIONS_MS: Millis = 1_000;
 /// Executions moved by one takeover or reclaim call.
 pub const TAKE_LIMIT: u32 = 200;
 /// Entries read from the inbox at once.
@@ -84,6 +88,8 @@ pub(super) struct State {
     touched_at: Millis,
     next_contacts: Millis,
     reading_contacts: bool,
+    next_definitions: Millis,
+    reading_definitions: bool,
 }
 
 impl State {
@@ -107,6 +113,8 @@ impl State {
             touched_at: 0,
             next_contacts: 0,
             reading_contacts: false,
+            next_definitions: 0,
+            reading_definitions: false,
         }
     }
 
@@ -116,6 +124,7 @@ impl State {
             .min(self.next_inbox)
             .min(self.next_touch)
             .min(self.next_contacts)
+            .min(self.next_definitions)
     }
 }
 
@@ -151,6 +160,11 @@ impl Node {
                 read: s.inbox_reads,
                 limit: INBOX_LIMIT,
             });
+        }
+        if now >= s.next_definitions && !s.reading_definitions {
+            s.reading_definitions = true;
+            s.next_definitions = now + DEFINITIONS_MS;
+            out.push(Io::ReadDefinitions);
         }
         let touch = now >= s.next_touch && !s.touching;
         let contacts = now >= s.next_contacts && !s.reading_contacts;
@@ -223,6 +237,14 @@ impl Node {
             NodeInput::Touched { .. } => {
                 if let Some(s) = self.shared.as_mut() {
                     s.touching = false;
+                }
+            }
+            NodeInput::Definitions { result } => {
+                if let Some(s) = self.shared.as_mut() {
+                    s.reading_definitions = false;
+                }
+                if let Ok(definitions) = result {
+                    self.engine_input(now, Input::Definitions { definitions });
                 }
             }
             NodeInput::SessionContacts { result } => {
@@ -354,6 +376,16 @@ impl Node {
             s.fed.insert(entry, Fed::Done(s.inbox_reads + 1));
         } else {
             s.fed.remove(&entry);
+        }
+    }
+
+    /// The engine asked for the definitions (one read at a time).
+    pub(super) fn read_definitions(&mut self) {
+        if let Some(s) = self.shared.as_mut() {
+            if !s.reading_definitions {
+                s.reading_definitions = true;
+                self.out.push(Io::ReadDefinitions);
+            }
         }
     }
 

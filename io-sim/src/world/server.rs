@@ -381,7 +381,8 @@ impl World {
                 | Io::Send { .. }
                 | Io::Claim { .. }
                 | Io::TouchSessions { .. }
-                | Io::ReadSessions { .. } => {}
+                | Io::ReadSessions { .. }
+                | Io::ReadDefinitions => {}
             }
         }
     }

@@ -261,6 +261,7 @@ impl EventLoop {
         let tx = self.inputs_tx.clone();
         let members = self.members.clone();
         let clock = self.clock.clone();
+        let store_all = self.store.clone();
         tokio::spawn(async move {
             let input = match io {
                 Io::Beat {
@@ -322,6 +323,9 @@ impl EventLoop {
                 Io::TouchSessions { node_id, sessions } => NodeInput::Touched {
                     result: store.touch_sessions(&node_id, &sessions).await,
                 },
+                Io::ReadDefinitions => NodeInput::Definitions {
+                    result: store_definitions(store_all.as_ref()).await,
+                },
                 Io::ReadSessions { sessions } => NodeInput::SessionContacts {
                     result: store.session_contacts(&sessions).await,
                 },
@@ -335,6 +339,18 @@ impl EventLoop {
         self.metrics.commit_failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(error = %message, "group commit failed");
     }
+}
+
+/// Every definition the store holds that decodes.
+async fn store_definitions(
+    store: &dyn Storage,
+) -> Result<Vec<orbit_core::engine::DefinitionRecord>, StorageError> {
+    Ok(store
+        .load_definitions()
+        .await?
+        .iter()
+        .filter_map(convert::definition_from_store)
+        .collect())
 }
 
 /// Reads `ids` back from the store (an unknown one with no events).
@@ -368,6 +384,7 @@ pub(super) fn node_config(options: &Options) -> orbit_core::node::NodeConfig {
         tick_ms: u64::try_from(options.tick.as_millis())
             .unwrap_or(u64::MAX)
             .max(1),
+        shared: options.membership.as_ref().map(|m| m.member.clone()),
         ..orbit_core::node::NodeConfig::default()
     }
 }
