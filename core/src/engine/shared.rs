@@ -216,6 +216,13 @@ impl Engine {
         })
     }
 
+    /// Whether this node holds `exec_id` as its owner (shared mode).
+    pub(super) fn owns(&self, exec_id: &str) -> bool {
+        self.executions
+            .get(exec_id)
+            .is_some_and(|e| e.epoch.is_some())
+    }
+
     /// Whether a command from a client or worker naming `exec_id` goes to
     /// its owner's inbox: shared mode, not held here, and not already
     /// turned back by the store.
@@ -982,6 +989,9 @@ impl Engine {
     /// Drops every execution this node owns (it lost the database for
     /// `--node-timeout`: another node may own them by now).
     pub(super) fn drop_owned(&mut self, reason: &str) {
+        // Waiting for definitions to be adopted: no longer this node's to
+        // adopt (the reclaim after the drop takes back what still is).
+        self.shared.unadopted.clear();
         let owned: Vec<String> = self
             .executions
             .iter()

@@ -39,6 +39,8 @@ pub(super) struct EventLoop {
     shared: Option<Arc<dyn shared::Store>>,
     /// The node id commits are fenced with.
     fence_node: Arc<str>,
+    /// Shared mode: the member whose liveness every commit checks.
+    writer: Option<orbit_core::store::Writer>,
     /// The members of the last successful beat (for `/v1/cluster`).
     members: super::Members,
     /// Completions of shared-mode calls.
@@ -77,9 +79,14 @@ impl EventLoop {
             Some(m) => m.member.node_id.as_str().into(),
             None => convert::LOCAL_NODE.into(),
         };
+        let writer = membership.as_ref().map(|m| orbit_core::store::Writer {
+            node_id: m.member.node_id.clone(),
+            timeout_ms: m.member.node_timeout_ms,
+        });
         EventLoop {
             node,
             store,
+            writer,
             shared: membership.map(|m| m.store),
             fence_node,
             members,
@@ -169,7 +176,26 @@ impl EventLoop {
 
     /// Feeds the node at the driver's time and performs what it asks.
     fn feed(&mut self, input: NodeInput) {
+        if let NodeInput::Committed {
+            result: Err(StorageError::Conflict { fenced, .. }),
+            ..
+        } = &input
+        {
+            if !fenced.is_empty() {
+                tracing::warn!(
+                    executions = ?fenced,
+                    "fenced: another node owns these executions now; this node gave them up"
+                );
+            }
+        }
+        let drops = self.node.stats().drops;
         let ios = self.node.handle((self.clock)(), input);
+        if self.node.stats().drops > drops {
+            tracing::warn!(
+                "fenced: this node was out of touch with the database for --node-timeout; \
+                 it dropped the executions it owned and takes back those still its own"
+            );
+        }
         let engine = self.node.engine();
         self.metrics.in_memory.store(
             i64::try_from(engine.executions_in_memory()).unwrap_or(i64::MAX),
@@ -190,8 +216,10 @@ impl EventLoop {
                     let metrics = self.metrics.clone();
                     let id = commit.id;
                     let node = self.fence_node.clone();
+                    let writer = self.writer.clone();
                     let handle = self.in_flight.spawn(async move {
-                        let tx = convert::group_transaction(&commit.batches, &node);
+                        let mut tx = convert::group_transaction(&commit.batches, &node);
+                        tx.writer = writer;
                         // Commit latency is a duration on the monotonic
                         // clock, not a time the engine sees.
                         let started = Instant::now();
