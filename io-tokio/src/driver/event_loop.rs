@@ -65,8 +65,7 @@ impl EventLoop {
     pub(super) fn new(
         node: Node,
         store: Arc<dyn Storage>,
-        membership: Option<super::Membership>,
-        members: super::Members,
+        member: Option<(super::Membership, super::Members)>,
         commands: mpsc::UnboundedReceiver<Command>,
         committed: broadcast::Sender<Committed>,
         metrics: Arc<Metrics>,
@@ -75,6 +74,10 @@ impl EventLoop {
         let (loads_tx, loads_rx) = mpsc::unbounded_channel();
         let (fetches_tx, fetches_rx) = mpsc::unbounded_channel();
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
+        let (membership, members) = match member {
+            Some((m, members)) => (Some(m), members),
+            None => (None, super::Members::default()),
+        };
         let fence_node: Arc<str> = match &membership {
             Some(m) => m.member.node_id.as_str().into(),
             None => convert::LOCAL_NODE.into(),
