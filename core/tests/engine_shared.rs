@@ -289,7 +289,81 @@ fn a_signal_for_an_execution_held_nowhere_here_goes_to_its_owners_inbox() {
             },
         }),
     });
+    // Answered with the seq the owner recorded it at, once it did.
+    let watch = match w.shared.last() {
+        Some(Effect::FindSignal {
+            watch,
+            owner,
+            entry,
+            execution_id,
+            ..
+        }) => {
+            assert_eq!(
+                (owner.as_str(), *entry, execution_id.as_str()),
+                ("a", 3, "x")
+            );
+            *watch
+        }
+        other => panic!("expected a look for the signal, got {other:?}"),
+    };
+    assert!(!w.replies.contains_key(&signal));
+    w.feed(Input::SignalFound { watch, seq: None });
+    assert!(!w.replies.contains_key(&signal), "not recorded yet");
+    w.advance(200);
+    let watch = match w.shared.last() {
+        Some(Effect::FindSignal { watch, .. }) => *watch,
+        other => panic!("expected another look, got {other:?}"),
+    };
+    w.feed(Input::SignalFound {
+        watch,
+        seq: Some(7),
+    });
+    assert_eq!(w.replies[&signal].body, json!({"seq": 7}));
+}
+
+#[test]
+fn a_forwarded_signal_its_owner_does_not_record_within_ten_seconds_answers_seq_null() {
+    let mut w = member("b");
+    let signal = w.send(Request::Signal {
+        execution_id: "x".into(),
+        name: "approve".into(),
+        payload: json!(null),
+        idempotency: None,
+    });
+    let send = match w.shared.last() {
+        Some(Effect::Send { send, .. }) => *send,
+        other => panic!("expected a send, got {other:?}"),
+    };
+    w.feed(Input::Sent {
+        send,
+        result: Ok(Sent::Queued {
+            id: 3,
+            owner: Fence {
+                node_id: "a".into(),
+                epoch: 2,
+            },
+        }),
+    });
+    // Every look finds it still waiting in the owner's inbox.
+    for _ in 0..120 {
+        let looks: Vec<u64> = w
+            .shared
+            .drain(..)
+            .filter_map(|e| match e {
+                Effect::FindSignal { watch, .. } => Some(watch),
+                _ => None,
+            })
+            .collect();
+        for watch in looks {
+            w.feed(Input::SignalFound { watch, seq: None });
+        }
+        if w.replies.contains_key(&signal) {
+            break;
+        }
+        w.advance(100);
+    }
     assert_eq!(w.replies[&signal].body, json!({"seq": null}));
+    assert!(w.now >= T0 + 10_000, "answered after {} ms", w.now - T0);
 }
 
 #[test]

@@ -246,6 +246,7 @@ impl Engine {
             Input::SessionContacts { contacts } => self.session_contacts(contacts),
             Input::DropOwned { reason } => self.drop_owned(&reason),
             Input::Definitions { definitions } => self.definitions_read(definitions),
+            Input::SignalFound { watch, seq } => self.signal_found(watch, seq),
         }
     }
 

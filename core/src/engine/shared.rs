@@ -9,7 +9,8 @@
 //! - **Commands for other owners.** A signal, cancellation or result for
 //!   an execution the engine does not hold goes to its owner's inbox
 //!   ([`Effect::Send`]) and is answered once stored there: a result with
-//!   `{"accepted": true}`, a signal with `"seq": null`. When the store has
+//!   `{"accepted": true}`, a signal with its seq once the owner recorded it
+//!   ([`Effect::FindSignal`]; `null` after ten seconds). When the store has
 //!   no running owner for it (finished, or unknown) the command runs here
 //!   on what the store holds, as on one server.
 //! - **The inbox.** Entries addressed to this node come in as
@@ -136,6 +137,8 @@ pub(super) struct Shared {
     definitions_read: BTreeSet<RequestId>,
     /// Adopted executions whose definition is not registered here yet.
     unadopted: Vec<(StoredExecution, u64)>,
+    /// Forwarded signals waiting for their seq, by watch id.
+    signals: BTreeMap<u64, SignalWait>,
 }
 
 /// The request an inbox entry asks for (`None`: nothing to apply).
@@ -181,6 +184,21 @@ fn entry_request(e: &Entry) -> Option<Request> {
         // stored execution where it arrived.
         Kind::Start => None,
     }
+}
+
+/// How long a signal sent to another member's inbox waits for its owner to
+/// record it before it is answered `"seq": null` (seed `003_…`).
+pub const SIGNAL_SEQ_WAIT_MS: Millis = 10_000;
+
+/// A forwarded signal waiting for its owner to record it.
+struct SignalWait {
+    request: RequestId,
+    signal: Request,
+    entry: i64,
+    owner: String,
+    until: Millis,
+    /// A look is in flight.
+    looking: bool,
 }
 
 /// The body of a `result` entry.
@@ -284,7 +302,11 @@ impl Engine {
     fn command_sent(&mut self, id: RequestId, request: Request, result: Result<Sent, String>) {
         match result {
             Err(message) => self.reply(id, Response::error(503, "STORAGE_ERROR", message)),
-            Ok(Sent::Queued { .. }) => {
+            Ok(Sent::Queued { id: entry, owner }) => {
+                if let Request::Signal { .. } = &request {
+                    // Answered with its seq once the owner recorded it.
+                    return self.watch_signal(id, request, entry, owner.node_id);
+                }
                 let (response, scope) = match &request {
                     Request::Result { token, .. } => {
                         self.shared.handed.remove(token);
@@ -315,6 +337,90 @@ impl Engine {
                 // Nobody runs it: answered here from what the store holds.
                 self.shared.local.insert(id);
                 self.request(id, request);
+            }
+        }
+    }
+
+    fn watch_signal(&mut self, id: RequestId, signal: Request, entry: i64, owner: String) {
+        self.shared.next += 1;
+        let watch = self.shared.next;
+        self.shared.signals.insert(
+            watch,
+            SignalWait {
+                request: id,
+                signal,
+                entry,
+                owner,
+                until: self.now + SIGNAL_SEQ_WAIT_MS,
+                looking: false,
+            },
+        );
+        self.look_for_signal(watch);
+    }
+
+    fn look_for_signal(&mut self, watch: u64) {
+        let Some(w) = self.shared.signals.get_mut(&watch) else {
+            return;
+        };
+        let Request::Signal {
+            execution_id,
+            name,
+            payload,
+            ..
+        } = &w.signal
+        else {
+            return;
+        };
+        w.looking = true;
+        self.out.push(Effect::FindSignal {
+            watch,
+            owner: w.owner.clone(),
+            entry: w.entry,
+            execution_id: execution_id.clone(),
+            name: name.clone(),
+            payload: payload.clone(),
+        });
+    }
+
+    /// What a look for a forwarded signal found: its seq once recorded
+    /// (`None`: not yet, or the look failed).
+    pub(super) fn signal_found(&mut self, watch: u64, seq: Option<u64>) {
+        let Some(w) = self.shared.signals.get_mut(&watch) else {
+            return;
+        };
+        w.looking = false;
+        if seq.is_none() && self.now < w.until {
+            return; // looked at again at the next tick
+        }
+        let Some(w) = self.shared.signals.remove(&watch) else {
+            return;
+        };
+        let Request::Signal { idempotency, .. } = &w.signal else {
+            return;
+        };
+        let response = Response::ok(200, json!({ "seq": seq }));
+        let mut txn = Txn::default();
+        self.record(&mut txn, idempotency, &response);
+        txn.reply(w.request, response, None);
+        self.submit(txn);
+    }
+
+    /// At a tick: forwarded signals not found yet look again (or give up
+    /// with `"seq": null` after [`SIGNAL_SEQ_WAIT_MS`]).
+    fn signals_tick(&mut self) {
+        let now = self.now;
+        let due: Vec<(u64, bool)> = self
+            .shared
+            .signals
+            .iter()
+            .filter(|(_, w)| !w.looking)
+            .map(|(watch, w)| (*watch, now >= w.until))
+            .collect();
+        for (watch, expired) in due {
+            if expired {
+                self.signal_found(watch, None);
+            } else {
+                self.look_for_signal(watch);
             }
         }
     }
@@ -696,6 +802,7 @@ impl Engine {
                 json!({"token": token, "lost": reason}),
             );
         }
+        self.signals_tick();
         self.claim_parked();
     }
 

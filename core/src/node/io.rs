@@ -131,6 +131,14 @@ pub enum NodeInput {
         /// Whether it was written.
         result: Result<(), StorageError>,
     },
+    /// Shared mode: an [`Io::FindSignal`] came back.
+    SignalFound {
+        /// Echo of its watch.
+        watch: u64,
+        /// The signal's seq once recorded (`None`: its entry is still in
+        /// the owner's inbox).
+        result: Result<Option<u64>, StorageError>,
+    },
     /// Shared mode: an [`Io::ReadDefinitions`] came back.
     Definitions {
         /// Every registered definition.
@@ -252,6 +260,24 @@ pub enum Io {
         node_id: String,
         /// The sessions.
         sessions: Vec<String>,
+    },
+    /// Shared mode: is inbox entry `entry` of `owner` still there
+    /// (`shared::Store::inbox` from `entry - 1`, one entry)? If not, the
+    /// seq of the last `SignalReceived` of `execution_id` with this name
+    /// and payload; then feed [`NodeInput::SignalFound`].
+    FindSignal {
+        /// Echo it.
+        watch: u64,
+        /// The owner the entry went to.
+        owner: String,
+        /// The entry.
+        entry: i64,
+        /// The execution.
+        execution_id: String,
+        /// The signal's name.
+        name: String,
+        /// Its payload.
+        payload: serde_json::Value,
     },
     /// Shared mode: read every registered definition (`load_definitions`,
     /// decoded), then feed [`NodeInput::Definitions`].

@@ -241,6 +241,13 @@ impl Node {
                     s.touching = false;
                 }
             }
+            NodeInput::SignalFound { watch, result } => self.engine_input(
+                now,
+                Input::SignalFound {
+                    watch,
+                    seq: result.ok().flatten(),
+                },
+            ),
             NodeInput::Definitions { result } => {
                 if let Some(s) = self.shared.as_mut() {
                     s.reading_definitions = false;

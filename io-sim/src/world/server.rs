@@ -382,7 +382,8 @@ impl World {
                 | Io::Claim { .. }
                 | Io::TouchSessions { .. }
                 | Io::ReadSessions { .. }
-                | Io::ReadDefinitions => {}
+                | Io::ReadDefinitions
+                | Io::FindSignal { .. } => {}
             }
         }
     }

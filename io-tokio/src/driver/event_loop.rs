@@ -354,6 +354,24 @@ impl EventLoop {
                 Io::TouchSessions { node_id, sessions } => NodeInput::Touched {
                     result: store.touch_sessions(&node_id, &sessions).await,
                 },
+                Io::FindSignal {
+                    watch,
+                    owner,
+                    entry,
+                    execution_id,
+                    name,
+                    payload,
+                } => NodeInput::SignalFound {
+                    watch,
+                    result: find_signal(
+                        store.as_ref(),
+                        store_all.as_ref(),
+                        (&owner, entry),
+                        &execution_id,
+                        (&name, &payload),
+                    )
+                    .await,
+                },
                 Io::ReadDefinitions => NodeInput::Definitions {
                     result: store_definitions(store_all.as_ref()).await,
                 },
@@ -370,6 +388,30 @@ impl EventLoop {
         self.metrics.commit_failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(error = %message, "group commit failed");
     }
+}
+
+/// The seq of a signal sent to `owner`'s inbox as `entry`, once the owner
+/// applied it: the last `SignalReceived` of the execution with its name and
+/// payload (`None` while the entry waits).
+async fn find_signal(
+    shared: &dyn shared::Store,
+    store: &dyn Storage,
+    (owner, entry): (&str, i64),
+    execution_id: &str,
+    (name, payload): (&str, &serde_json::Value),
+) -> Result<Option<u64>, StorageError> {
+    let waiting = shared.inbox(owner, entry.saturating_sub(1), 1).await?;
+    if waiting.first().is_some_and(|e| e.id == entry) {
+        return Ok(None);
+    }
+    let events = store.history(execution_id, 0, u32::MAX).await?;
+    Ok(events.iter().rev().find_map(|e| match &e.kind {
+        orbit_core::history::EventKind::SignalReceived {
+            name: n,
+            payload: p,
+        } if n == name && p == payload => Some(e.seq),
+        _ => None,
+    }))
 }
 
 /// Every definition the store holds that decodes.
