@@ -918,6 +918,7 @@ impl Engine {
                     Ok(task) => c.tasks.push(task),
                     Err(_) => self.lose(&c.token, "the queued task could not be read".into()),
                 }
+                self.apply_own_dispatch(&got.execution_id, &got.unit, &got.task, &got.owner, got.entry, &c);
                 if (c.tasks.len() as u32) < c.max {
                     return self.next_claim(c);
                 }
@@ -931,6 +932,50 @@ impl Engine {
                 self.claims_done(c);
             }
         }
+    }
+
+    /// A claim whose `dispatch` entry went to this very node, at the epoch
+    /// it owns the execution at: the entry is applied now instead of at
+    /// the next read of the inbox (the read that finds it later skips it).
+    fn apply_own_dispatch(
+        &mut self,
+        exec_id: &str,
+        unit: &str,
+        task: &str,
+        owner: &crate::store::Fence,
+        entry: i64,
+        c: &Claiming,
+    ) {
+        let me = self.config.node_id.as_deref();
+        let ours = me == Some(owner.node_id.as_str())
+            && self
+                .executions
+                .get(exec_id)
+                .is_some_and(|e| e.epoch == Some(owner.epoch));
+        if !ours {
+            return;
+        }
+        let dispatch = Dispatch {
+            unit: unit.to_string(),
+            task: task.to_string(),
+            token: c.token.clone(),
+            session: c.session.clone(),
+            node_id: owner.node_id.clone(),
+            worker_id: self
+                .work
+                .sessions
+                .get(&c.session)
+                .map(|s| s.worker_id.clone())
+                .unwrap_or_default(),
+        };
+        let body = serde_json::to_value(&dispatch).unwrap_or(Value::Null);
+        self.inbox(vec![Entry {
+            id: entry,
+            execution_id: exec_id.to_string(),
+            kind: Kind::Dispatch,
+            body,
+            created_at: self.now,
+        }]);
     }
 
     /// Marks a hand-out of this node as lost (sent at the next tick).
