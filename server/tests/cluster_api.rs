@@ -50,7 +50,17 @@ fn cluster_with_sqlite_is_refused_at_start_naming_postgresql() {
 }
 
 #[test]
-fn shared_mode_is_refused_as_not_in_this_version() {
+fn shared_mode_needs_postgresql_and_a_database_that_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(ORBIT)
+        .args(["server", "--cluster", "--cluster-mode", "shared", "--db"])
+        .arg(format!("sqlite://{}", dir.path().join("x.db").display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--cluster needs PostgreSQL"), "{stderr}");
+    assert!(!dir.path().join("x.db").exists(), "nothing is created");
     let out = Command::new(ORBIT)
         .args([
             "server",
@@ -64,7 +74,7 @@ fn shared_mode_is_refused_as_not_in_this_version() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not available in this version"), "{stderr}");
+    assert!(stderr.contains("storage"), "{stderr}");
 }
 
 #[test]
