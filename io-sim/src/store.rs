@@ -36,6 +36,10 @@ pub enum StoreBug {
     /// bumping their epoch (a paused owner that gets one back can write
     /// beside it).
     TakeOverKeepsEpoch,
+    /// Shared mode: a claim answers the oldest queue row as claimed but
+    /// applies nothing (the row stays queued, no `dispatch` entry reaches
+    /// the owner): a task is handed out without its claim committed.
+    ClaimNotApplied,
 }
 
 #[derive(Debug, Clone)]

@@ -26,8 +26,10 @@ use std::sync::Arc;
 mod cluster;
 pub(crate) mod lockstep;
 mod server;
+mod shared;
 
 pub(crate) use cluster::ClusterEv;
+pub(crate) use shared::SharedEv;
 
 /// Virtual time at which every run starts (2026-01-01T00:00:00Z).
 pub const EPOCH_MS: Millis = 1_767_225_600_000;
@@ -131,6 +133,8 @@ pub(crate) enum Ev {
         commit: orbit_core::node::CommitId,
         stale: Vec<String>,
     },
+    /// Shared mode: calls at the database, pauses and database cuts.
+    Shared(SharedEv),
 }
 
 impl Ev {
@@ -158,6 +162,7 @@ impl Ev {
             Ev::Builtin(_) => 20,
             Ev::Cluster(_) => 21,
             Ev::CreatesRefused { .. } => 22,
+            Ev::Shared(_) => 23,
         }
     }
 }
@@ -203,6 +208,8 @@ pub struct World {
     pub(crate) focus: usize,
     /// Leader mode (the `cluster-leader` scenario), if simulated.
     cluster: Option<cluster::Cluster>,
+    /// Shared mode (the `cluster-shared` scenario), if simulated.
+    shared: Option<shared::SharedCluster>,
     /// Which node each worker and client sends its requests to.
     routes: BTreeMap<Actor, usize>,
     incarnation: u64,
@@ -272,6 +279,7 @@ impl World {
             servers: vec![None],
             focus: 0,
             cluster: None,
+            shared: None,
             routes: BTreeMap::new(),
             incarnation: 0,
             workers: Vec::new(),
@@ -307,7 +315,9 @@ impl World {
     }
 
     fn setup(&mut self) -> Result<(), String> {
-        if self.cfg.cluster_nodes > 1 {
+        if self.cfg.scenario == crate::config::Scenario::ClusterShared {
+            self.shared_setup()?;
+        } else if self.cfg.cluster_nodes > 1 {
             self.cluster_setup()?;
         } else {
             self.boot(None);
@@ -514,6 +524,7 @@ impl World {
                 self.restart();
             }
             Ev::Cluster(ev) => self.cluster_event(ev),
+            Ev::Shared(ev) => self.shared_event(ev),
             Ev::Timeout { actor, req } => match actor {
                 Actor::Worker(w) => self.worker_timeout(w, req),
                 Actor::Client(c) => self.client_timeout(c, req),
@@ -538,7 +549,9 @@ impl World {
             }
             Ev::FaultsEnd => {
                 self.faults_on = false;
-                if self.cluster.is_some() {
+                if self.shared.is_some() {
+                    self.shared_heal();
+                } else if self.cluster.is_some() {
                     self.cluster_heal();
                 } else if self.server().is_none() {
                     // A crashed server comes back now, not later.
@@ -685,6 +698,14 @@ impl World {
 
     /// Records what an actor was told and checks it is durable now.
     pub(crate) fn told(&mut self, fact: Fact) {
+        let fact = if self.shared.is_some() {
+            match self.shared_told(fact) {
+                Some(fact) => fact,
+                None => return,
+            }
+        } else {
+            fact
+        };
         let events = self.store.events(fact.execution());
         if let Err(v) = check::durability::check(&fact, &events) {
             self.fail(v);
@@ -788,7 +809,12 @@ impl World {
         let workflows = &self.workflows;
         let bound = self.cfg.liveness_ms_max;
         let mut stuck: BTreeMap<String, Violation> = BTreeMap::new();
-        let live_engine = self.server().filter(|_| led).map(|s| s.node.engine());
+        // In a shared cluster no one node holds every execution: the
+        // histories are compared with the store's rows alone.
+        let live_engine = self
+            .server()
+            .filter(|_| led && self.shared.is_none())
+            .map(|s| s.node.engine());
         let back = self.clock_back_total + self.clock_back_pending;
         let mut facts: BTreeMap<&str, Vec<&Fact>> = BTreeMap::new();
         for f in &self.facts {
@@ -833,6 +859,9 @@ impl World {
             }
         }
         if let Err(v) = liveness {
+            return self.fail(v);
+        }
+        if let Err(v) = self.shared_final() {
             return self.fail(v);
         }
         let open: Vec<String> = self.clients.iter().flat_map(|c| c.open_ops()).collect();
@@ -903,6 +932,16 @@ impl World {
     }
 
     fn quiescent(&mut self) -> bool {
+        if self.shared.is_some() {
+            if self.clients.iter().any(|c| !c.open_ops().is_empty()) || !self.shared_quiet() {
+                return false;
+            }
+            let mut all = true;
+            self.store.for_each(|row, _| {
+                all &= orbit_core::store::is_terminal(&row.status);
+            });
+            return all;
+        }
         if !self.focus_leader()
             || self.server().is_none()
             || self.clients.iter().any(|c| !c.open_ops().is_empty())

@@ -86,6 +86,16 @@ fn cluster_leader_with_takeovers_pauses_and_skew() {
     run(Scenario::ClusterLeader, 13);
 }
 
+/// Shared mode: three nodes over one database (50 seeds).
+#[test]
+fn cluster_shared_with_takeovers_pauses_inbox_and_claims() {
+    let seeds: Vec<u64> = ci_seeds(17, 50)
+        .into_iter()
+        .filter(|s| !KNOWN_ENGINE_BUGS.contains(&(Scenario::ClusterShared, *s)))
+        .collect();
+    assert_seeds_pass(Scenario::ClusterShared, &seeds);
+}
+
 /// Each seed runs twice (eviction off, then forced), so this costs about
 /// two scenarios.
 #[test]

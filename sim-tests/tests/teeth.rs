@@ -380,3 +380,79 @@ fn an_evicted_execution_that_gives_up_its_admission_slot_is_caught_only_by_the_c
         "seed {seed:#x}: the run with eviction alone was caught too:\n{alone}"
     );
 }
+
+/// Shared cluster mode (`cluster-shared`): the budgets of its teeth, each
+/// about ten times the first catch measured when it was set.
+const BUDGET_SHARED_ENTRY_KEPT: u64 = 20;
+const BUDGET_SHARED_KEPT_EPOCH: u64 = 60;
+const BUDGET_SHARED_CLAIM_NOT_APPLIED: u64 = 20;
+
+/// Like [`caught`], within `budget` seeds.
+fn caught_within(scenario: Scenario, bugs: Bugs, budget: u64, expected: &[Invariant]) {
+    let catch = first_catch(scenario, bugs, budget);
+    caught_as(
+        &format!("{bugs:?}"),
+        catch,
+        &scenario.to_string(),
+        budget,
+        expected,
+    );
+}
+
+/// An inbox entry applied without its deletion in the same commit stays
+/// in the inbox (and is applied again): the inbox is not empty once the
+/// cluster is quiet, or an entry is consumed twice.
+#[test]
+fn shared_an_inbox_entry_applied_without_being_deleted_is_caught() {
+    planted(
+        orbit_io_sim::Bug::InboxEntryKept,
+        Scenario::ClusterShared,
+        BUDGET_SHARED_ENTRY_KEPT,
+        &[Invariant::InboxOnce],
+    );
+}
+
+/// A takeover that moves executions without bumping their epoch: the new
+/// owner's epoch is one already in use, and two nodes append at it.
+#[test]
+fn shared_a_takeover_that_keeps_the_epoch_is_caught() {
+    caught_within(
+        Scenario::ClusterShared,
+        Bugs {
+            store: StoreBug::TakeOverKeepsEpoch,
+            ..Bugs::default()
+        },
+        BUDGET_SHARED_KEPT_EPOCH,
+        &[Invariant::OneWriter],
+    );
+}
+
+/// A claim answered without being applied: the task is handed out while
+/// no `dispatch` entry reaches the owner.
+#[test]
+fn shared_a_task_handed_out_without_its_claim_committed_is_caught() {
+    caught_within(
+        Scenario::ClusterShared,
+        Bugs {
+            store: StoreBug::ClaimNotApplied,
+            ..Bugs::default()
+        },
+        BUDGET_SHARED_CLAIM_NOT_APPLIED,
+        &[Invariant::InboxOnce],
+    );
+}
+
+/// A store that keeps the inbox entries a commit consumes: each is applied
+/// again, and consumed twice.
+#[test]
+fn shared_a_store_that_keeps_consumed_entries_is_caught() {
+    caught_within(
+        Scenario::ClusterShared,
+        Bugs {
+            store: StoreBug::KeepConsumedEntries,
+            ..Bugs::default()
+        },
+        BUDGET_SHARED_ENTRY_KEPT,
+        &[Invariant::InboxOnce],
+    );
+}
