@@ -31,6 +31,10 @@ mod shared;
 pub(crate) use cluster::ClusterEv;
 pub(crate) use shared::SharedEv;
 
+/// Steps the world takes at one virtual instant before it reports a spin
+/// (a node asking for `Time` at a time already come, forever).
+const SPIN_STEPS_MAX: u64 = 200_000;
+
 /// Virtual time at which every run starts (2026-01-01T00:00:00Z).
 pub const EPOCH_MS: Millis = 1_767_225_600_000;
 
@@ -402,6 +406,7 @@ impl World {
     pub(crate) fn run_observed(mut self) -> (Report, check::invisible::Observed) {
         let deadline = self.faults_end_at + self.cfg.liveness_ms_max;
         let mut last_quiet_check = 0;
+        let mut same_instant = 0u64;
         while self.violation.is_none() {
             let next = match self.instant.pop_front() {
                 Some(ev) => Some(((self.now, 0), ev)),
@@ -416,6 +421,22 @@ impl World {
             if t > deadline {
                 self.now = deadline;
                 break;
+            }
+            if t == self.now {
+                same_instant += 1;
+                if same_instant > SPIN_STEPS_MAX {
+                    self.fail(Violation::new(
+                        Invariant::Liveness,
+                        format!(
+                            "{SPIN_STEPS_MAX} steps at one instant ({} ms): a node asks for the time again and again without virtual time moving (last event: {})",
+                            t - EPOCH_MS,
+                            describe(&ev)
+                        ),
+                    ));
+                    break;
+                }
+            } else {
+                same_instant = 0;
             }
             self.now = t;
             self.stats.steps += 1;
@@ -880,7 +901,8 @@ impl World {
         self.store
             .for_each(|row, events| rows.push((row.clone(), events.to_vec())));
         for (i, (row, events)) in rows.iter().enumerate() {
-            let id = u64::MAX - i as u64;
+            // Below the ids the engine keeps for its own (inbox) requests.
+            let id = orbit_core::engine::INBOX_REQUESTS - 1 - i as u64;
             let ios = self.node_handle(NodeInput::Request {
                 id,
                 request: Request::GetExecution {
@@ -904,7 +926,20 @@ impl World {
                             let result = Ok(self.fetch_now(executions, idempotency));
                             next.extend(self.node_handle(NodeInput::Fetched { load, result }));
                         }
-                        _ => {}
+                        Io::Load {
+                            id: load,
+                            executions,
+                        } => {
+                            let result = Ok(self.fetch_now(executions, Vec::new()).executions);
+                            next.extend(self.node_handle(NodeInput::Loaded { load, result }));
+                        }
+                        other => {
+                            if self.trace {
+                                let text = format!("{other:?}");
+                                let short: String = text.chars().take(160).collect();
+                                println!("          read back of {}: {short}", row.id);
+                            }
+                        }
                     }
                 }
                 ios = next;
