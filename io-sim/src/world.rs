@@ -874,6 +874,13 @@ impl World {
         if let Err(v) = result {
             return self.fail(v);
         }
+        if self.shared.is_some() {
+            // A member answers for a running execution only once it owns
+            // it: what never finished is reported as such first.
+            if let Err(v) = liveness.clone() {
+                return self.fail(v);
+            }
+        }
         if led {
             if let Err(v) = self.read_back() {
                 return self.fail(v);
@@ -900,7 +907,16 @@ impl World {
         let mut rows = Vec::new();
         self.store
             .for_each(|row, events| rows.push((row.clone(), events.to_vec())));
+        let focus = self.focus;
         for (i, (row, events)) in rows.iter().enumerate() {
+            if self.shared.is_some() {
+                // Through its owner (another member answers for a running
+                // execution it does not own from the row alone).
+                match self.shared_owner_node(&row.id) {
+                    Some(node) => self.focus = node,
+                    None => continue,
+                }
+            }
             // Below the ids the engine keeps for its own (inbox) requests.
             let id = orbit_core::engine::INBOX_REQUESTS - 1 - i as u64;
             let ios = self.node_handle(NodeInput::Request {
@@ -947,6 +963,7 @@ impl World {
             let response = reply.unwrap_or_else(|| Response::error(599, "NO_REPLY", "no reply"));
             check::durability::read_back(row, events, &response)?;
         }
+        self.focus = focus;
         Ok(())
     }
 

@@ -181,6 +181,17 @@ impl World {
         }
     }
 
+    /// The node that owns `id` (by the store's row), if it is up.
+    pub(super) fn shared_owner_node(&self, id: &str) -> Option<usize> {
+        let owner = self.store.owner(id)?;
+        let node = self
+            .shared_ref()
+            .nodes
+            .iter()
+            .position(|n| n.id == owner.node_id)?;
+        self.servers[node].is_some().then_some(node)
+    }
+
     fn node_of_inc(&self, inc: u64) -> Option<usize> {
         self.shared.as_ref()?.incs.get(&inc).copied()
     }
@@ -533,6 +544,17 @@ impl World {
         }
     }
 
+    /// The stored status of an execution.
+    fn status(&self, id: &str) -> Option<String> {
+        let mut status = None;
+        self.store.for_each(|row, _| {
+            if row.id == id {
+                status = Some(row.status.clone());
+            }
+        });
+        status
+    }
+
     /// The inbox entries a transaction consumes, as stored before it
     /// applies: `(id, kind, body)`.
     pub(super) fn shared_before_apply(
@@ -611,7 +633,15 @@ impl World {
                 .in_execution(&c.execution_id, &events);
                 return self.fail(v);
             }
-            if owner.as_ref() != Some(&c.fence) || c.fence.node_id != writer {
+            // An entry of a finished execution causes nothing: whoever it
+            // is addressed to deletes it (at the epoch that fences no one).
+            let finished = self.status(&c.execution_id).is_some_and(|s| is_terminal(&s));
+            let mismatch = if finished {
+                c.fence.node_id != writer
+            } else {
+                owner.as_ref() != Some(&c.fence) || c.fence.node_id != writer
+            };
+            if mismatch {
                 let v = Violation::new(
                     Invariant::InboxOnce,
                     format!(
