@@ -232,3 +232,56 @@ fn finding_7_a_blind_create_does_not_wait_for_a_commit_slot() {
 fn finding_8_a_cancelled_parent_stays_until_its_children_hear_of_it() {
     passes(0x2c7, Scenario::EvictionInvisible);
 }
+
+/// Finding 9 (engine, shared mode, not fixed): a claim whose outcome is
+/// unknown (`Ambiguous`) but that landed leaves a task nobody watches. The
+/// claim removed the queue row and wrote the `dispatch` entry, so the
+/// owner records `StepDispatched` for the claim's token and session, but
+/// the polling node got an error, never handed the task out and does not
+/// track the token as a hand-out (`Handed`); the worker keeps polling and
+/// heartbeating without it, nobody reports it lost, and the unit stays
+/// `StepDispatched` forever (0x4: claim 15 of n2 at 21441 ms, `charge` of
+/// `50201052…` dispatched to `w4` at 21494 ms and never delivered).
+/// An ambiguous claim should count as a hand-out not yet confirmed (its
+/// token watched until the worker lists it, else reported lost).
+#[test]
+#[ignore = "finding 9: engine bug, not fixed"]
+fn finding_9_an_ambiguous_claim_that_landed_is_watched() {
+    passes(0x4, Scenario::ClusterShared);
+}
+
+/// Finding 10 (engine, shared mode, not fixed): a worker's heartbeat (or
+/// poll `held` list) naming a token a node has just handed out by a claim
+/// reaches that node before the owner has recorded `StepDispatched` (the
+/// `dispatch` entry still waits in the inbox, or its commit is slow); the
+/// node answers `{"cancel": [token]}`, the worker drops the task (and
+/// reports `CANCELLED`, which the owner may even record as the attempt's
+/// failure), and once the owner records the dispatch the unit waits
+/// forever for a worker that no longer holds it (0x18: `w1`'s heartbeat
+/// at 31233 ms cancels tokens `610b917d…` and `fedb76ec…` handed out by
+/// n2's claims 118 and 119 at 31174 ms and 31181 ms; the dispatches commit
+/// at 31951 ms; `label` of `274fd419….kids.0` stays `StepDispatched`). The
+/// node that handed a token out should count it as current until the
+/// owner has judged it.
+#[test]
+#[ignore = "finding 10: engine bug, not fixed"]
+fn finding_10_a_fresh_hand_out_is_not_cancelled_before_its_dispatch_is_recorded() {
+    passes(0x18, Scenario::ClusterShared);
+    passes(0x1f, Scenario::ClusterShared);
+}
+
+/// Finding 11 (engine or node loop, shared mode, not fixed): a group
+/// commit that consumed an inbox entry comes back `Ambiguous` having
+/// landed (0x18: n3's commit 5 at 23333 ms, `SignalReceived` of
+/// `9b18571b…` and the deletion of signal entry 29). After the reload the
+/// node deletes entry 29 again, in a batch of its own; the store no longer
+/// holds it, so the conflict rule refuses the batch as stale, the node
+/// reloads and tries again — about 240,000 refused group commits until the
+/// run's end. A consumption of an entry the store no longer holds, after
+/// an ambiguous commit, should count as done (the reload shows what it
+/// caused), not be retried forever.
+#[test]
+#[ignore = "finding 11: engine bug, not fixed"]
+fn finding_11_an_entry_deleted_by_an_ambiguous_commit_is_not_deleted_forever() {
+    passes(0x18, Scenario::ClusterShared);
+}

@@ -308,10 +308,6 @@ impl World {
             return;
         };
         for io in ios {
-            if self.trace && std::env::var_os("ORBIT_SIM_DEBUG_WAKE").is_some() {
-                let text = format!("{io:?}");
-                println!("          io inc {inc}: {}", text.chars().take(150).collect::<String>());
-            }
             match io {
                 Io::Commit(commit) => {
                     if let Some(stale) = self.refused_creates(&commit) {
@@ -415,9 +411,6 @@ impl World {
     /// Arranges the `Tick` a node asked for at `t` (its clock).
     pub(super) fn wake_at(&mut self, inc: u64, t: Millis) {
         let delay = t.saturating_sub(self.server_now());
-        if self.trace && std::env::var_os("ORBIT_SIM_DEBUG_WAKE").is_some() {
-            println!("          wake_at inc {inc} t {t} now {}", self.server_now());
-        }
         let Some(s) = self.server_mut().filter(|s| s.inc == inc) else {
             return;
         };

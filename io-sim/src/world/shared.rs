@@ -297,8 +297,7 @@ impl World {
     /// A shared-mode call of the node in focus: it reaches the database
     /// after a delay.
     pub(super) fn shared_io(&mut self, inc: u64, io: Io) {
-        let latency = if self.faults_on && self.rng.chance(self.cfg.faults.store_slow_probability)
-        {
+        let latency = if self.faults_on && self.rng.chance(self.cfg.faults.store_slow_probability) {
             self.rng
                 .between(20, self.cfg.faults.store_slow_ms_max.clamp(20, 1000))
         } else {
@@ -322,6 +321,11 @@ impl World {
                     return; // the crash decided its fate
                 }
                 if let Some(input) = self.shared_perform(inc, *io) {
+                    if self.trace {
+                        let text = format!("{input:?}");
+                        let short: String = text.chars().take(300).collect();
+                        println!("          -> {short}");
+                    }
                     self.feed(input);
                 }
             }
@@ -333,7 +337,10 @@ impl World {
                 self.stats.fault("node_paused");
                 let until = (self.now + ms).min(self.faults_end_at.max(self.now));
                 if self.trace {
-                    println!("          node {node} paused until {}", until - super::EPOCH_MS);
+                    println!(
+                        "          node {node} paused until {}",
+                        until - super::EPOCH_MS
+                    );
                 }
                 self.shared_mut().nodes[node].paused_until = until;
             }
@@ -358,7 +365,12 @@ impl World {
             return any;
         }
         let mut owned = vec![0usize; n];
-        let ids: Vec<String> = self.shared_ref().nodes.iter().map(|x| x.id.clone()).collect();
+        let ids: Vec<String> = self
+            .shared_ref()
+            .nodes
+            .iter()
+            .map(|x| x.id.clone())
+            .collect();
         let mut running = Vec::new();
         self.store.for_each(|row, _| {
             if !is_terminal(&row.status) {
@@ -433,9 +445,7 @@ impl World {
                 advertise,
                 timeout_ms,
             } => NodeInput::Beat {
-                result: self.db_write(inc, |w| {
-                    w.store.beat_now(&node_id, &advertise, timeout_ms)
-                }),
+                result: self.db_write(inc, |w| w.store.beat_now(&node_id, &advertise, timeout_ms)),
             },
             Io::TakeOver {
                 node_id,
@@ -635,7 +645,9 @@ impl World {
             }
             // An entry of a finished execution causes nothing: whoever it
             // is addressed to deletes it (at the epoch that fences no one).
-            let finished = self.status(&c.execution_id).is_some_and(|s| is_terminal(&s));
+            let finished = self
+                .status(&c.execution_id)
+                .is_some_and(|s| is_terminal(&s));
             let mismatch = if finished {
                 c.fence.node_id != writer
             } else {
@@ -714,10 +726,10 @@ impl World {
     /// reading, no call in flight, and no inbox entry younger than
     /// [`QUIET_ENTRY_MS`] (one older is left over).
     pub(super) fn shared_quiet(&self) -> bool {
-        let busy = self
-            .servers
-            .iter()
-            .any(|s| s.as_ref().is_none_or(|s| !s.node.is_idle() || s.node.reads_open() > 0));
+        let busy = self.servers.iter().any(|s| {
+            s.as_ref()
+                .is_none_or(|s| !s.node.is_idle() || s.node.reads_open() > 0)
+        });
         if busy {
             return false;
         }
@@ -763,7 +775,8 @@ impl World {
             let terminal = is_terminal(status);
             let excused = match fact {
                 Fact::Dispatched { .. } | Fact::CancelRequested { .. } => terminal,
-                Fact::Succeeded { unit, attempt, .. } | Fact::AttemptFailed { unit, attempt, .. } => {
+                Fact::Succeeded { unit, attempt, .. }
+                | Fact::AttemptFailed { unit, attempt, .. } => {
                     let resolved = events.iter().any(|e| match &e.kind {
                         EventKind::StepSucceeded { step, .. } => step == unit,
                         EventKind::StepAttemptFailed {
