@@ -92,7 +92,7 @@ fn cluster_leader_with_takeovers_pauses_and_skew() {
 const KNOWN_SHARED_ENGINE_BUGS: &[u64] = &[0x4, 0x8, 0xc, 0x18, 0x1f, 0x22, 0x28, 0x2d, 0x34];
 
 /// Shared mode: three nodes over one database, 50 seeds (0 to 58 but the
-/// known failures). About 5 s in release, a minute in debug.
+/// known failures). About a second in release.
 #[test]
 fn cluster_shared_with_takeovers_pauses_inbox_and_claims() {
     let seeds: Vec<u64> = ci_seeds(0, 59)
