@@ -390,6 +390,7 @@ const BUDGET_SHARED_ENTRY_KEPT: u64 = 20;
 const BUDGET_SHARED_KEPT_EPOCH: u64 = 100;
 const BUDGET_SHARED_CLAIM_NOT_APPLIED: u64 = 20;
 const BUDGET_SHARED_KEEP_CONSUMED: u64 = 20;
+const BUDGET_SHARED_FENCED_WRITES: u64 = 100;
 
 /// The first seed below `budget` of `cluster-shared` whose run with
 /// `options` breaks one of `expected`.
@@ -486,5 +487,23 @@ fn shared_a_store_that_keeps_consumed_entries_is_caught() {
         },
         BUDGET_SHARED_KEEP_CONSUMED,
         &[Invariant::InboxOnce],
+    );
+}
+
+/// A store that applies writes the epoch check fences: a paused owner
+/// waking up after a takeover appends at its old epoch.
+#[test]
+fn shared_a_store_that_accepts_fenced_writes_is_caught() {
+    shared_caught(
+        "AcceptFencedWrites",
+        orbit_io_sim::RunOptions {
+            bugs: Bugs {
+                store: StoreBug::AcceptFencedWrites,
+                ..Bugs::default()
+            },
+            ..orbit_io_sim::RunOptions::default()
+        },
+        BUDGET_SHARED_FENCED_WRITES,
+        &[Invariant::OneWriter, Invariant::InboxOnce],
     );
 }

@@ -604,6 +604,24 @@ impl World {
             if a.events.is_empty() {
                 continue;
             }
+            let newest = self
+                .shared_ref()
+                .epochs
+                .get(&a.execution_id)
+                .copied()
+                .unwrap_or(0);
+            if f.epoch < newest {
+                let events = self.store.events(&a.execution_id);
+                let v = Violation::new(
+                    Invariant::OneWriter,
+                    format!(
+                        "an append of {} by {} at epoch {} was accepted after the execution moved to epoch {newest}: a fenced owner wrote",
+                        a.execution_id, f.node_id, f.epoch
+                    ),
+                )
+                .in_execution(&a.execution_id, &events);
+                return self.fail(v);
+            }
             let key = (a.execution_id.clone(), f.epoch);
             let first = self.shared_ref().writers.get(&key).cloned();
             match first {
