@@ -268,6 +268,10 @@ fn finding_9_an_ambiguous_claim_that_landed_is_watched() {
 fn finding_10_a_fresh_hand_out_is_not_cancelled_before_its_dispatch_is_recorded() {
     passes(0x18, Scenario::ClusterShared);
     passes(0x1f, Scenario::ClusterShared);
+    // `w1`'s heartbeat at 21644 ms cancels `240da673…` (`charge` of
+    // `71f7db85…`), handed out at 21589 ms; its dispatch entry is applied
+    // after 22100 ms.
+    passes(0x2d, Scenario::ClusterShared);
 }
 
 /// Finding 11 (engine or node loop, shared mode, not fixed): a group
