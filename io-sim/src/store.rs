@@ -98,6 +98,12 @@ impl SimStore {
     /// the shared rule ([`check`]) decides.
     pub fn apply(&self, tx: &Transaction) -> Result<(), StorageError> {
         let mut s = self.lock();
+        if let Some(w) = &tx.writer {
+            let names = !(tx.appends.is_empty() && tx.inbox_consumed.is_empty());
+            if names && !s.member_live(&w.node_id, w.timeout_ms) {
+                return Err(orbit_core::store::writer_not_live(tx));
+            }
+        }
         let checked = check(
             &tx.appends,
             &tx.inbox_consumed,

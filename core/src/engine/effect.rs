@@ -69,6 +69,29 @@ pub enum Effect {
         /// The poll (node, session, token, task names, worker).
         poll: crate::store::shared::Poll,
     },
+    /// Shared cluster mode: a signal went to another member's inbox as
+    /// entry `entry`: once that entry is gone, find the seq of the last
+    /// `SignalReceived` of `execution_id` with this name and payload, and
+    /// feed [`super::Input::SignalFound`] (`None` while the entry is still
+    /// there, or when the look failed).
+    FindSignal {
+        /// Echo it.
+        watch: u64,
+        /// The owner the entry was addressed to.
+        owner: String,
+        /// The entry.
+        entry: i64,
+        /// The execution.
+        execution_id: String,
+        /// The signal's name.
+        name: String,
+        /// Its payload.
+        payload: serde_json::Value,
+    },
+    /// Shared cluster mode: read every registered definition and feed
+    /// [`super::Input::Definitions`] (a request names a workflow, or an
+    /// adopted execution a definition, deployed through another node).
+    ReadDefinitions,
     /// Shared cluster mode: an entry fed with [`super::Input::Inbox`] is
     /// done: applied (its deletion committed with what it caused), or not
     /// (nothing written: feed it again when it is read again).

@@ -116,6 +116,20 @@ pub enum Input {
         /// One per session that has a contact.
         contacts: Vec<crate::store::shared::SessionContact>,
     },
+    /// Shared cluster mode: the answer of a [`super::Effect::FindSignal`].
+    SignalFound {
+        /// Its watch.
+        watch: u64,
+        /// The signal's seq, once the owner recorded it.
+        seq: Option<u64>,
+    },
+    /// Shared cluster mode: the definitions the store holds (asked for
+    /// with [`super::Effect::ReadDefinitions`], or read now and then):
+    /// those deployed through other nodes are registered here too.
+    Definitions {
+        /// Every registered definition.
+        definitions: Vec<DefinitionRecord>,
+    },
     /// Shared cluster mode: this node could not reach the database for
     /// `--node-timeout` (another may own its executions by now): it drops
     /// every execution it owns, answering what waits on them with

@@ -17,13 +17,7 @@ impl Engine {
         idempotency: Vec<IdempotencyRecord>,
     ) {
         for d in definitions {
-            let d = Arc::new(d);
-            self.registry
-                .by_hash
-                .insert(d.definition_hash.clone(), d.clone());
-            self.registry
-                .by_name
-                .insert((d.workflow.name.clone(), d.workflow.version.clone()), d);
+            self.register(d);
         }
         // Committed records live in the store; a request's key is loaded
         // when it comes.
@@ -50,5 +44,20 @@ impl Engine {
         }
         self.load_missing_children();
         self.admission.needed = true;
+    }
+
+    /// Registers a definition read from the store (one already known
+    /// stays as it is).
+    pub(super) fn register(&mut self, d: DefinitionRecord) {
+        if self.registry.by_hash.contains_key(&d.definition_hash) {
+            return;
+        }
+        let d = Arc::new(d);
+        self.registry
+            .by_hash
+            .insert(d.definition_hash.clone(), d.clone());
+        self.registry
+            .by_name
+            .insert((d.workflow.name.clone(), d.workflow.version.clone()), d);
     }
 }

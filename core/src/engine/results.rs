@@ -39,6 +39,11 @@ impl Engine {
             return;
         };
         if let Some(exec_id) = self.result_elsewhere(id, token) {
+            if self.executions.get(&exec_id).is_some_and(|e| e.blocked()) && self.owns(&exec_id) {
+                // Handed out here, its dispatch being recorded now: judged
+                // once that commit is in.
+                return self.park_behind(&exec_id, id, request.clone());
+            }
             return self.forward(id, request.clone(), &exec_id);
         }
         let Some(t) = self.work.tokens.get(token) else {

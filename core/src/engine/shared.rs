@@ -9,7 +9,8 @@
 //! - **Commands for other owners.** A signal, cancellation or result for
 //!   an execution the engine does not hold goes to its owner's inbox
 //!   ([`Effect::Send`]) and is answered once stored there: a result with
-//!   `{"accepted": true}`, a signal with `"seq": null`. When the store has
+//!   `{"accepted": true}`, a signal with its seq once the owner recorded it
+//!   ([`Effect::FindSignal`]; `null` after ten seconds). When the store has
 //!   no running owner for it (finished, or unknown) the command runs here
 //!   on what the store holds, as on one server.
 //! - **The inbox.** Entries addressed to this node come in as
@@ -130,6 +131,14 @@ pub(super) struct Shared {
     reading: BTreeSet<String>,
     /// A commit queued tasks: parked polls claim at once.
     enqueued: bool,
+    /// Requests waiting for the store's definitions (and those that ran
+    /// again after them: they do not ask twice).
+    awaiting_definitions: Vec<(RequestId, Request)>,
+    definitions_read: BTreeSet<RequestId>,
+    /// Adopted executions whose definition is not registered here yet.
+    unadopted: Vec<(StoredExecution, u64)>,
+    /// Forwarded signals waiting for their seq, by watch id.
+    signals: BTreeMap<u64, SignalWait>,
 }
 
 /// The request an inbox entry asks for (`None`: nothing to apply).
@@ -177,6 +186,21 @@ fn entry_request(e: &Entry) -> Option<Request> {
     }
 }
 
+/// How long a signal sent to another member's inbox waits for its owner to
+/// record it before it is answered `"seq": null` (seed `003_…`).
+pub const SIGNAL_SEQ_WAIT_MS: Millis = 10_000;
+
+/// A forwarded signal waiting for its owner to record it.
+struct SignalWait {
+    request: RequestId,
+    signal: Request,
+    entry: i64,
+    owner: String,
+    until: Millis,
+    /// A look is in flight.
+    looking: bool,
+}
+
 /// The body of a `result` entry.
 fn result_body(token: &str, outcome: &Outcome, patterns: &Option<Vec<String>>) -> Value {
     let mut body = json!({"token": token});
@@ -208,6 +232,13 @@ impl Engine {
             Some(e) => e.epoch.unwrap_or(0),
             None => 1,
         })
+    }
+
+    /// Whether this node holds `exec_id` as its owner (shared mode).
+    pub(super) fn owns(&self, exec_id: &str) -> bool {
+        self.executions
+            .get(exec_id)
+            .is_some_and(|e| e.epoch.is_some())
     }
 
     /// Whether a command from a client or worker naming `exec_id` goes to
@@ -271,7 +302,11 @@ impl Engine {
     fn command_sent(&mut self, id: RequestId, request: Request, result: Result<Sent, String>) {
         match result {
             Err(message) => self.reply(id, Response::error(503, "STORAGE_ERROR", message)),
-            Ok(Sent::Queued { .. }) => {
+            Ok(Sent::Queued { id: entry, owner }) => {
+                if let Request::Signal { .. } = &request {
+                    // Answered with its seq once the owner recorded it.
+                    return self.watch_signal(id, request, entry, owner.node_id);
+                }
                 let (response, scope) = match &request {
                     Request::Result { token, .. } => {
                         self.shared.handed.remove(token);
@@ -306,6 +341,90 @@ impl Engine {
         }
     }
 
+    fn watch_signal(&mut self, id: RequestId, signal: Request, entry: i64, owner: String) {
+        self.shared.next += 1;
+        let watch = self.shared.next;
+        self.shared.signals.insert(
+            watch,
+            SignalWait {
+                request: id,
+                signal,
+                entry,
+                owner,
+                until: self.now + SIGNAL_SEQ_WAIT_MS,
+                looking: false,
+            },
+        );
+        self.look_for_signal(watch);
+    }
+
+    fn look_for_signal(&mut self, watch: u64) {
+        let Some(w) = self.shared.signals.get_mut(&watch) else {
+            return;
+        };
+        let Request::Signal {
+            execution_id,
+            name,
+            payload,
+            ..
+        } = &w.signal
+        else {
+            return;
+        };
+        w.looking = true;
+        self.out.push(Effect::FindSignal {
+            watch,
+            owner: w.owner.clone(),
+            entry: w.entry,
+            execution_id: execution_id.clone(),
+            name: name.clone(),
+            payload: payload.clone(),
+        });
+    }
+
+    /// What a look for a forwarded signal found: its seq once recorded
+    /// (`None`: not yet, or the look failed).
+    pub(super) fn signal_found(&mut self, watch: u64, seq: Option<u64>) {
+        let Some(w) = self.shared.signals.get_mut(&watch) else {
+            return;
+        };
+        w.looking = false;
+        if seq.is_none() && self.now < w.until {
+            return; // looked at again at the next tick
+        }
+        let Some(w) = self.shared.signals.remove(&watch) else {
+            return;
+        };
+        let Request::Signal { idempotency, .. } = &w.signal else {
+            return;
+        };
+        let response = Response::ok(200, json!({ "seq": seq }));
+        let mut txn = Txn::default();
+        self.record(&mut txn, idempotency, &response);
+        txn.reply(w.request, response, None);
+        self.submit(txn);
+    }
+
+    /// At a tick: forwarded signals not found yet look again (or give up
+    /// with `"seq": null` after [`SIGNAL_SEQ_WAIT_MS`]).
+    fn signals_tick(&mut self) {
+        let now = self.now;
+        let due: Vec<(u64, bool)> = self
+            .shared
+            .signals
+            .iter()
+            .filter(|(_, w)| !w.looking)
+            .map(|(watch, w)| (*watch, now >= w.until))
+            .collect();
+        for (watch, expired) in due {
+            if expired {
+                self.signal_found(watch, None);
+            } else {
+                self.look_for_signal(watch);
+            }
+        }
+    }
+
     /// Entries of this node's inbox, in order.
     pub(super) fn inbox(&mut self, entries: Vec<Entry>) {
         for e in entries {
@@ -329,7 +448,11 @@ impl Engine {
                 continue;
             }
             self.shared.entries.insert(id, e.execution_id.clone());
+            // Entries of one execution apply in order: one behind a batch
+            // in flight (the dispatch before it, say) waits for it.
+            let behind = held.is_some_and(|x| x.blocked() || !x.waiting.is_empty());
             match entry_request(&e) {
+                Some(request) if behind => self.park_behind(&e.execution_id, id, request),
                 Some(request) => self.request(id, request),
                 None => self.reply(id, Response::ok(200, json!({}))),
             }
@@ -406,6 +529,7 @@ impl Engine {
                     continue;
                 };
                 self.shared.local.remove(&request);
+                self.shared.definitions_read.remove(&request);
                 if request & INBOX_REQUESTS == 0 {
                     kept.push(Effect::Reply { request, response });
                     continue;
@@ -681,6 +805,7 @@ impl Engine {
                 json!({"token": token, "lost": reason}),
             );
         }
+        self.signals_tick();
         self.claim_parked();
     }
 
@@ -796,6 +921,7 @@ impl Engine {
                     Ok(task) => c.tasks.push(task),
                     Err(_) => self.lose(&c.token, "the queued task could not be read".into()),
                 }
+                self.apply_own_dispatch(&got.execution_id, &got.unit, &got.task, &got.owner, got.entry, &c);
                 if (c.tasks.len() as u32) < c.max {
                     return self.next_claim(c);
                 }
@@ -809,6 +935,50 @@ impl Engine {
                 self.claims_done(c);
             }
         }
+    }
+
+    /// A claim whose `dispatch` entry went to this very node, at the epoch
+    /// it owns the execution at: the entry is applied now instead of at
+    /// the next read of the inbox (the read that finds it later skips it).
+    fn apply_own_dispatch(
+        &mut self,
+        exec_id: &str,
+        unit: &str,
+        task: &str,
+        owner: &crate::store::Fence,
+        entry: i64,
+        c: &Claiming,
+    ) {
+        let me = self.config.node_id.as_deref();
+        let ours = me == Some(owner.node_id.as_str())
+            && self
+                .executions
+                .get(exec_id)
+                .is_some_and(|e| e.epoch == Some(owner.epoch));
+        if !ours {
+            return;
+        }
+        let dispatch = Dispatch {
+            unit: unit.to_string(),
+            task: task.to_string(),
+            token: c.token.clone(),
+            session: c.session.clone(),
+            node_id: owner.node_id.clone(),
+            worker_id: self
+                .work
+                .sessions
+                .get(&c.session)
+                .map(|s| s.worker_id.clone())
+                .unwrap_or_default(),
+        };
+        let body = serde_json::to_value(&dispatch).unwrap_or(Value::Null);
+        self.inbox(vec![Entry {
+            id: entry,
+            execution_id: exec_id.to_string(),
+            kind: Kind::Dispatch,
+            body,
+            created_at: self.now,
+        }]);
     }
 
     /// Marks a hand-out of this node as lost (sent at the next tick).
@@ -896,6 +1066,14 @@ impl Engine {
             if stored.events.is_empty() {
                 continue;
             }
+            let hash = Projection::fold(&id, &stored.events).definition_hash;
+            if !self.registry.by_hash.contains_key(&hash) {
+                // Deployed through another node: read the definitions, then
+                // adopt it.
+                self.ask_definitions();
+                self.shared.unadopted.push((stored, epoch));
+                continue;
+            }
             if self.install(stored) {
                 if let Some(e) = self.executions.get_mut(&id) {
                     e.epoch = Some(epoch);
@@ -927,9 +1105,48 @@ impl Engine {
         self.admission.needed = true;
     }
 
+    /// Shared mode: a request names a workflow this node does not know,
+    /// perhaps deployed through another node: it waits for the store's
+    /// definitions (once). True when it waits.
+    pub(super) fn definitions_first(&mut self, id: RequestId, request: &Request) -> bool {
+        if !self.is_shared() || self.shared.definitions_read.remove(&id) {
+            return false;
+        }
+        self.ask_definitions();
+        self.shared.awaiting_definitions.push((id, request.clone()));
+        true
+    }
+
+    fn ask_definitions(&mut self) {
+        let asked =
+            !self.shared.awaiting_definitions.is_empty() || !self.shared.unadopted.is_empty();
+        if !asked {
+            self.out.push(Effect::ReadDefinitions);
+        }
+    }
+
+    /// The store's definitions: registered, then what waited for them
+    /// runs again.
+    pub(super) fn definitions_read(&mut self, definitions: Vec<super::batch::DefinitionRecord>) {
+        for d in definitions {
+            self.register(d);
+        }
+        let unadopted = std::mem::take(&mut self.shared.unadopted);
+        if !unadopted.is_empty() {
+            self.adopt(unadopted);
+        }
+        for (id, request) in std::mem::take(&mut self.shared.awaiting_definitions) {
+            self.shared.definitions_read.insert(id);
+            self.request(id, request);
+        }
+    }
+
     /// Drops every execution this node owns (it lost the database for
     /// `--node-timeout`: another node may own them by now).
     pub(super) fn drop_owned(&mut self, reason: &str) {
+        // Waiting for definitions to be adopted: no longer this node's to
+        // adopt (the reclaim after the drop takes back what still is).
+        self.shared.unadopted.clear();
         let owned: Vec<String> = self
             .executions
             .iter()

@@ -133,6 +133,9 @@ impl Engine {
             }
         }
         let Some(def) = self.lookup_workflow(&start.workflow, start.version.as_deref()) else {
+            if self.definitions_first(id, &request) {
+                return;
+            }
             let what = match &start.version {
                 Some(v) => format!("{} version {v}", start.workflow),
                 None => start.workflow.clone(),

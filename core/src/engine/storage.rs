@@ -668,6 +668,11 @@ impl Engine {
         for stored in executions {
             ids.push(stored.execution_id.clone());
             self.note_proofs(&stored);
+            if self.is_shared() && !self.owns(&stored.execution_id) {
+                // Given up while it was read (fenced, or dropped): another
+                // node's now.
+                continue;
+            }
             self.install(stored);
         }
         let reloads = std::mem::take(&mut self.writes.reloads);

@@ -131,6 +131,19 @@ pub enum NodeInput {
         /// Whether it was written.
         result: Result<(), StorageError>,
     },
+    /// Shared mode: an [`Io::FindSignal`] came back.
+    SignalFound {
+        /// Echo of its watch.
+        watch: u64,
+        /// The signal's seq once recorded (`None`: its entry is still in
+        /// the owner's inbox).
+        result: Result<Option<u64>, StorageError>,
+    },
+    /// Shared mode: an [`Io::ReadDefinitions`] came back.
+    Definitions {
+        /// Every registered definition.
+        result: Result<Vec<DefinitionRecord>, StorageError>,
+    },
     /// Shared mode: an [`Io::ReadSessions`] came back.
     SessionContacts {
         /// The contacts found.
@@ -248,6 +261,27 @@ pub enum Io {
         /// The sessions.
         sessions: Vec<String>,
     },
+    /// Shared mode: is inbox entry `entry` of `owner` still there
+    /// (`shared::Store::inbox` from `entry - 1`, one entry)? If not, the
+    /// seq of the last `SignalReceived` of `execution_id` with this name
+    /// and payload; then feed [`NodeInput::SignalFound`].
+    FindSignal {
+        /// Echo it.
+        watch: u64,
+        /// The owner the entry went to.
+        owner: String,
+        /// The entry.
+        entry: i64,
+        /// The execution.
+        execution_id: String,
+        /// The signal's name.
+        name: String,
+        /// Its payload.
+        payload: serde_json::Value,
+    },
+    /// Shared mode: read every registered definition (`load_definitions`,
+    /// decoded), then feed [`NodeInput::Definitions`].
+    ReadDefinitions,
     /// Shared mode: read these sessions' contact
     /// (`shared::Store::session_contacts`), then feed
     /// [`NodeInput::SessionContacts`].

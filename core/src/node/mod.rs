@@ -252,6 +252,22 @@ impl Node {
                 }),
                 Effect::Claim { claim, poll } => self.out.push(Io::Claim { claim, poll }),
                 Effect::InboxDone { entry, applied } => self.inbox_done(entry, applied),
+                Effect::ReadDefinitions => self.read_definitions(),
+                Effect::FindSignal {
+                    watch,
+                    owner,
+                    entry,
+                    execution_id,
+                    name,
+                    payload,
+                } => self.out.push(Io::FindSignal {
+                    watch,
+                    owner,
+                    entry,
+                    execution_id,
+                    name,
+                    payload,
+                }),
             }
         }
     }

@@ -28,6 +28,8 @@ enum Purpose {
     Adopt {
         /// The epoch of each.
         epochs: BTreeMap<String, u64>,
+        /// The member's generation when they moved here.
+        generation: u64,
     },
 }
 
@@ -76,7 +78,7 @@ impl Node {
     }
 
     /// Reads executions this node now owns (shared mode), to adopt them.
-    pub(super) fn read_owned(&mut self, taken: Vec<crate::store::shared::Taken>) {
+    pub(super) fn read_owned(&mut self, taken: Vec<crate::store::shared::Taken>, generation: u64) {
         if taken.is_empty() {
             return;
         }
@@ -85,7 +87,7 @@ impl Node {
             .into_iter()
             .map(|t| (t.execution_id, t.epoch))
             .collect();
-        self.open_load(executions, Purpose::Adopt { epochs });
+        self.open_load(executions, Purpose::Adopt { epochs, generation });
     }
 
     /// Reads what the engine asked for with `Effect::Load`.
@@ -139,10 +141,13 @@ impl Node {
             }
             Ok(executions) if matches!(load.purpose, Purpose::Adopt { .. }) => {
                 if let Some(Load {
-                    purpose: Purpose::Adopt { epochs },
+                    purpose: Purpose::Adopt { epochs, generation },
                     ..
                 }) = self.loads.open.remove(&id)
                 {
+                    if !self.adoptable(generation) {
+                        return;
+                    }
                     let executions = executions
                         .into_iter()
                         .filter_map(|e| {

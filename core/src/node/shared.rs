@@ -32,6 +32,10 @@ pub const INBOX_MS: Millis = 50;
 pub const TOUCH_MS: Millis = 250;
 /// How often a node reads the contact of other nodes' sessions.
 pub const CONTACTS_MS: Millis = 500;
+/// How often a node reads the definitions (those deployed through other
+/// members register here too; a request naming an unknown one reads them
+/// at once).
+pub const DEFINITIONS_MS: Millis = 1_000;
 /// Executions moved by one takeover or reclaim call.
 pub const TAKE_LIMIT: u32 = 200;
 /// Entries read from the inbox at once.
@@ -75,6 +79,12 @@ pub(super) struct State {
     reclaiming: bool,
     /// What the node owned was dropped (the database was out of reach).
     dropped: bool,
+    /// Bumped at every drop: a takeover, reclaim or read of owned
+    /// executions issued before it answers for a node that no longer
+    /// exists (what it moved, the reclaim after the drop finds).
+    generation: u64,
+    /// The generation the takeover or reclaim in flight was issued in.
+    taking_generation: u64,
     next_inbox: Millis,
     reading_inbox: bool,
     inbox_reads: u64,
@@ -84,6 +94,8 @@ pub(super) struct State {
     touched_at: Millis,
     next_contacts: Millis,
     reading_contacts: bool,
+    next_definitions: Millis,
+    reading_definitions: bool,
 }
 
 impl State {
@@ -98,6 +110,8 @@ impl State {
             reclaim: Some(String::new()),
             reclaiming: false,
             dropped: false,
+            generation: 0,
+            taking_generation: 0,
             next_inbox: 0,
             reading_inbox: false,
             inbox_reads: 0,
@@ -107,6 +121,8 @@ impl State {
             touched_at: 0,
             next_contacts: 0,
             reading_contacts: false,
+            next_definitions: 0,
+            reading_definitions: false,
         }
     }
 
@@ -121,6 +137,7 @@ impl State {
             .min(due(self.next_inbox, self.reading_inbox))
             .min(due(self.next_touch, self.touching))
             .min(due(self.next_contacts, self.reading_contacts))
+            .min(due(self.next_definitions, self.reading_definitions))
     }
 }
 
@@ -157,18 +174,17 @@ impl Node {
                 limit: INBOX_LIMIT,
             });
         }
+        if now >= s.next_definitions && !s.reading_definitions {
+            s.reading_definitions = true;
+            s.next_definitions = now + DEFINITIONS_MS;
+            out.push(Io::ReadDefinitions);
+        }
         let touch = now >= s.next_touch && !s.touching;
         let contacts = now >= s.next_contacts && !s.reading_contacts;
         let since = s.touched_at;
         self.out.extend(out);
         if drop {
-            let reason = "fenced: this node could not reach the database for --node-timeout";
-            self.engine_input(
-                now,
-                Input::DropOwned {
-                    reason: reason.to_owned(),
-                },
-            );
+            self.drop_owned(now);
         }
         if touch {
             let sessions = self.engine.sessions_seen_since(since);
@@ -230,6 +246,21 @@ impl Node {
                     s.touching = false;
                 }
             }
+            NodeInput::SignalFound { watch, result } => self.engine_input(
+                now,
+                Input::SignalFound {
+                    watch,
+                    seq: result.ok().flatten(),
+                },
+            ),
+            NodeInput::Definitions { result } => {
+                if let Some(s) = self.shared.as_mut() {
+                    s.reading_definitions = false;
+                }
+                if let Ok(definitions) = result {
+                    self.engine_input(now, Input::Definitions { definitions });
+                }
+            }
             NodeInput::SessionContacts { result } => {
                 if let Some(s) = self.shared.as_mut() {
                     s.reading_contacts = false;
@@ -250,13 +281,27 @@ impl Node {
         let Ok(members) = result else {
             return;
         };
+        // Silent for longer than the timeout by the database's clock (or
+        // forgotten): the others may have taken this node's executions,
+        // whether or not it noticed the gap itself (a pause, a slow
+        // database). What it holds may be stale: dropped, and what is still
+        // its own taken back.
+        let first = s.beat_ok.is_none();
+        let silent = match members.silence_ms {
+            Some(gap) => gap > s.member.node_timeout_ms,
+            None => !first,
+        };
+        let drop = silent && !s.dropped;
         s.beat_ok = Some(now);
-        if s.dropped {
+        if s.dropped || drop {
             // Back in touch: what is still this node's comes back.
             s.dropped = false;
             s.reclaim = Some(String::new());
         }
         s.members = members;
+        if drop {
+            self.drop_owned(now);
+        }
         self.take_more();
     }
 
@@ -268,6 +313,7 @@ impl Node {
         if s.taking || s.reclaiming || s.beat_ok.is_none() {
             return;
         }
+        s.taking_generation = s.generation;
         if let Some(after) = s.reclaim.clone() {
             s.reclaiming = true;
             self.out.push(Io::Reclaim {
@@ -298,6 +344,15 @@ impl Node {
         let Ok(taken) = result else {
             return; // tried again after the next beat
         };
+        let generation = match self.shared.as_ref() {
+            Some(s) if s.taking_generation == s.generation => s.generation,
+            _ => {
+                // Issued before a drop: what it moved is this node's
+                // again only through the reclaim that follows the drop.
+                self.take_more();
+                return;
+            }
+        };
         let full = taken.len() >= TAKE_LIMIT as usize;
         if let Some(s) = self.shared.as_mut() {
             if reclaim {
@@ -317,7 +372,7 @@ impl Node {
                 }
             }
         }
-        self.read_owned(taken);
+        self.read_owned(taken, generation);
         self.take_more();
     }
 
@@ -360,6 +415,40 @@ impl Node {
         } else {
             s.fed.remove(&entry);
         }
+    }
+
+    /// Drops what the engine owns: this node was out of touch with the
+    /// database for longer than `--node-timeout`.
+    fn drop_owned(&mut self, now: Millis) {
+        self.stats.drops += 1;
+        if let Some(s) = self.shared.as_mut() {
+            s.generation += 1;
+        }
+        let reason = "fenced: this node was out of touch with the database for --node-timeout";
+        self.engine_input(
+            now,
+            Input::DropOwned {
+                reason: reason.to_owned(),
+            },
+        );
+    }
+
+    /// The engine asked for the definitions (one read at a time).
+    pub(super) fn read_definitions(&mut self) {
+        if let Some(s) = self.shared.as_mut() {
+            if !s.reading_definitions {
+                s.reading_definitions = true;
+                self.out.push(Io::ReadDefinitions);
+            }
+        }
+    }
+
+    /// Whether a read of owned executions issued in `generation` may still
+    /// be adopted.
+    pub(super) fn adoptable(&self, generation: u64) -> bool {
+        self.shared
+            .as_ref()
+            .is_some_and(|s| s.generation == generation)
     }
 
     /// The next shared-mode deadline, if in shared mode.

@@ -43,6 +43,9 @@ pub struct NodeStats {
     pub load_retries: u64,
     /// Ticks fed to the engine.
     pub ticks: u64,
+    /// Shared mode: times this member dropped what it owned (it could not
+    /// reach the database for `--node-timeout`).
+    pub drops: u64,
 }
 
 impl NodeStats {
@@ -64,6 +67,7 @@ impl NodeStats {
         self.loads += other.loads;
         self.load_retries += other.load_retries;
         self.ticks += other.ticks;
+        self.drops += other.drops;
     }
 }
 

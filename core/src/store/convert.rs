@@ -50,6 +50,7 @@ pub fn transaction(batch: &Batch, node: &str) -> Transaction {
                 },
             })
             .collect(),
+        writer: None,
     }
 }
 

@@ -22,7 +22,7 @@ pub use conflict::{check, check_appends, Owner};
 pub use page::ListPage;
 pub use records::{
     Append, Consumed, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter,
-    QueueOp, StoredExecution, Transaction,
+    QueueOp, StoredExecution, Transaction, Writer,
 };
 
 use crate::history::Event;
@@ -141,6 +141,23 @@ pub struct Purged {
     pub roots: u64,
     /// Executions deleted in all (children included).
     pub executions: u64,
+}
+
+/// The refusal of a shared-mode write whose member is not live: every
+/// execution the transaction names is fenced.
+pub fn writer_not_live(tx: &Transaction) -> StorageError {
+    let mut fenced: Vec<String> = tx
+        .appends
+        .iter()
+        .map(|a| a.execution_id.clone())
+        .chain(tx.inbox_consumed.iter().map(|c| c.execution_id.clone()))
+        .collect();
+    fenced.sort();
+    fenced.dedup();
+    StorageError::Conflict {
+        fenced,
+        stale: Vec::new(),
+    }
 }
 
 /// Whether an execution status is terminal.

@@ -19,6 +19,23 @@ pub struct Transaction {
     /// Inbox entries consumed by the events of this transaction (shared
     /// cluster mode), deleted with them.
     pub inbox_consumed: Vec<Consumed>,
+    /// Shared cluster mode: the writing member. The transaction is refused
+    /// (`Conflict`, every execution it names fenced) unless the member is
+    /// live by the database's clock, judged in the same transaction with
+    /// its contact row locked: a takeover, which judges the member dead
+    /// with the same row locked, and a write of that member never both
+    /// pass, so a member never creates an execution a takeover then moves
+    /// without the member noticing (its next beat finds it was silent).
+    pub writer: Option<Writer>,
+}
+
+/// The writing member of a shared-mode transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer {
+    /// Its node id.
+    pub node_id: String,
+    /// `--node-timeout`: live means heard from within this.
+    pub timeout_ms: Millis,
 }
 
 impl Transaction {
@@ -38,6 +55,9 @@ impl Transaction {
         self.idempotency.extend(other.idempotency);
         self.queue.extend(other.queue);
         self.inbox_consumed.extend(other.inbox_consumed);
+        if self.writer.is_none() {
+            self.writer = other.writer;
+        }
     }
 }
 

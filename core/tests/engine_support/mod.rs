@@ -109,6 +109,11 @@ pub struct World {
     pub held: VecDeque<Batch>,
     /// Loads executed ([`Effect::Load`]).
     pub loads: usize,
+    /// Every batch handed to the store, in order.
+    pub written: Vec<Batch>,
+    /// Shared-mode effects (sends, claims, inbox outcomes, definition
+    /// reads), for the test to look at and answer.
+    pub shared: Vec<Effect>,
 }
 
 impl World {
@@ -127,6 +132,8 @@ impl World {
             latency: 0,
             held: VecDeque::new(),
             loads: 0,
+            written: Vec::new(),
+            shared: Vec::new(),
         }
     }
 
@@ -146,6 +153,7 @@ impl World {
                 match effect {
                     Effect::Append(batch) => {
                         self.appends += 1;
+                        self.written.push(batch.clone());
                         if self.mode == Mode::Hold {
                             self.held.push_back(batch);
                             continue;
@@ -212,7 +220,7 @@ impl World {
                         })
                     }
                     Effect::Committed { .. } => {}
-                    other => panic!("a one-server engine asked for {other:?}"),
+                    other => self.shared.push(other),
                 }
             }
         }

@@ -53,6 +53,12 @@ fn refuse_empty(node_id: &str) -> Result<(), StorageError> {
 
 impl State {
     /// Whether `node` was heard from within `timeout_ms`.
+    /// Whether `node` was heard from within `timeout_ms` (the store's
+    /// clock): a shared-mode member's writes pass only then.
+    pub(crate) fn member_live(&self, node: &str, timeout_ms: Millis) -> bool {
+        self.live(node, timeout_ms)
+    }
+
     fn live(&self, node: &str, timeout_ms: Millis) -> bool {
         let t = &self.shared;
         t.nodes
@@ -174,6 +180,12 @@ impl SimStore {
         let mut s = self.lock();
         let now = s.shared.clock;
         let forget = timeout_ms.saturating_mul(10);
+        let silence = s
+            .shared
+            .nodes
+            .get(node_id)
+            .filter(|(_, seen)| now.saturating_sub(*seen) <= forget)
+            .map(|(_, seen)| now.saturating_sub(*seen));
         s.shared
             .nodes
             .retain(|_, (_, seen)| now.saturating_sub(*seen) <= forget);
@@ -200,6 +212,7 @@ impl SimStore {
         Ok(Members {
             live,
             dead: dead.into_iter().collect(),
+            silence_ms: silence,
         })
     }
 

@@ -399,7 +399,9 @@ impl World {
                 | Io::Send { .. }
                 | Io::Claim { .. }
                 | Io::TouchSessions { .. }
-                | Io::ReadSessions { .. }) => {
+                | Io::ReadSessions { .. }
+                | Io::ReadDefinitions
+                | Io::FindSignal { .. }) => {
                     if self.shared.is_some() {
                         self.shared_io(inc, shared);
                     }
@@ -583,7 +585,16 @@ impl World {
         writer: &str,
         commit: &GroupCommit,
     ) -> Result<(), StorageError> {
-        let tx = convert::group_transaction(&commit.batches, writer);
+        let mut tx = convert::group_transaction(&commit.batches, writer);
+        if self.shared.is_some() {
+            self.store.set_clock(self.now);
+            // A member's writes pass only while it is live (as the tokio
+            // driver sends them).
+            tx.writer = Some(orbit_core::store::Writer {
+                node_id: writer.to_owned(),
+                timeout_ms: self.cfg.node_timeout_ms,
+            });
+        }
         match self.cluster_term(inc) {
             Some((node, epoch)) => self.apply_as_leader(node, epoch, &tx),
             None => {

@@ -521,6 +521,38 @@ impl World {
             Io::ReadSessions { sessions } => NodeInput::SessionContacts {
                 result: self.db_read(inc, |w| w.store.session_contacts_now(&sessions)),
             },
+            Io::FindSignal {
+                watch,
+                owner,
+                entry,
+                execution_id,
+                name,
+                payload,
+            } => NodeInput::SignalFound {
+                watch,
+                result: self.db_read(inc, |w| {
+                    let waiting = w.store.inbox_now(&owner, entry.saturating_sub(1), 1);
+                    if waiting.first().is_some_and(|e| e.id == entry) {
+                        return None;
+                    }
+                    w.store.events(&execution_id).iter().rev().find_map(|e| match &e.kind {
+                        EventKind::SignalReceived {
+                            name: n,
+                            payload: p,
+                        } if *n == name && *p == payload => Some(e.seq),
+                        _ => None,
+                    })
+                }),
+            },
+            Io::ReadDefinitions => NodeInput::Definitions {
+                result: self.db_read(inc, |w| {
+                    w.store
+                        .definitions()
+                        .iter()
+                        .filter_map(crate::convert::definition_from_store)
+                        .collect()
+                }),
+            },
             _ => return None,
         };
         Some(input)
@@ -760,6 +792,8 @@ impl World {
                     | Io::ReadInbox { .. }
                     | Io::TouchSessions { .. }
                     | Io::ReadSessions { .. }
+                    | Io::ReadDefinitions
+                    | Io::FindSignal { .. }
             ),
             _ => false,
         });

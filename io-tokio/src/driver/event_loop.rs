@@ -39,6 +39,8 @@ pub(super) struct EventLoop {
     shared: Option<Arc<dyn shared::Store>>,
     /// The node id commits are fenced with.
     fence_node: Arc<str>,
+    /// Shared mode: the member whose liveness every commit checks.
+    writer: Option<orbit_core::store::Writer>,
     /// The members of the last successful beat (for `/v1/cluster`).
     members: super::Members,
     /// Completions of shared-mode calls.
@@ -63,8 +65,7 @@ impl EventLoop {
     pub(super) fn new(
         node: Node,
         store: Arc<dyn Storage>,
-        membership: Option<super::Membership>,
-        members: super::Members,
+        member: Option<(super::Membership, super::Members)>,
         commands: mpsc::UnboundedReceiver<Command>,
         committed: broadcast::Sender<Committed>,
         metrics: Arc<Metrics>,
@@ -73,13 +74,22 @@ impl EventLoop {
         let (loads_tx, loads_rx) = mpsc::unbounded_channel();
         let (fetches_tx, fetches_rx) = mpsc::unbounded_channel();
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
+        let (membership, members) = match member {
+            Some((m, members)) => (Some(m), members),
+            None => (None, super::Members::default()),
+        };
         let fence_node: Arc<str> = match &membership {
             Some(m) => m.member.node_id.as_str().into(),
             None => convert::LOCAL_NODE.into(),
         };
+        let writer = membership.as_ref().map(|m| orbit_core::store::Writer {
+            node_id: m.member.node_id.clone(),
+            timeout_ms: m.member.node_timeout_ms,
+        });
         EventLoop {
             node,
             store,
+            writer,
             shared: membership.map(|m| m.store),
             fence_node,
             members,
@@ -169,7 +179,26 @@ impl EventLoop {
 
     /// Feeds the node at the driver's time and performs what it asks.
     fn feed(&mut self, input: NodeInput) {
+        if let NodeInput::Committed {
+            result: Err(StorageError::Conflict { fenced, .. }),
+            ..
+        } = &input
+        {
+            if !fenced.is_empty() {
+                tracing::warn!(
+                    executions = ?fenced,
+                    "fenced: another node owns these executions now; this node gave them up"
+                );
+            }
+        }
+        let drops = self.node.stats().drops;
         let ios = self.node.handle((self.clock)(), input);
+        if self.node.stats().drops > drops {
+            tracing::warn!(
+                "fenced: this node was out of touch with the database for --node-timeout; \
+                 it dropped the executions it owned and takes back those still its own"
+            );
+        }
         let engine = self.node.engine();
         self.metrics.in_memory.store(
             i64::try_from(engine.executions_in_memory()).unwrap_or(i64::MAX),
@@ -190,8 +219,10 @@ impl EventLoop {
                     let metrics = self.metrics.clone();
                     let id = commit.id;
                     let node = self.fence_node.clone();
+                    let writer = self.writer.clone();
                     let handle = self.in_flight.spawn(async move {
-                        let tx = convert::group_transaction(&commit.batches, &node);
+                        let mut tx = convert::group_transaction(&commit.batches, &node);
+                        tx.writer = writer;
                         // Commit latency is a duration on the monotonic
                         // clock, not a time the engine sees.
                         let started = Instant::now();
@@ -261,6 +292,7 @@ impl EventLoop {
         let tx = self.inputs_tx.clone();
         let members = self.members.clone();
         let clock = self.clock.clone();
+        let store_all = self.store.clone();
         tokio::spawn(async move {
             let input = match io {
                 Io::Beat {
@@ -322,6 +354,27 @@ impl EventLoop {
                 Io::TouchSessions { node_id, sessions } => NodeInput::Touched {
                     result: store.touch_sessions(&node_id, &sessions).await,
                 },
+                Io::FindSignal {
+                    watch,
+                    owner,
+                    entry,
+                    execution_id,
+                    name,
+                    payload,
+                } => NodeInput::SignalFound {
+                    watch,
+                    result: find_signal(
+                        store.as_ref(),
+                        store_all.as_ref(),
+                        (&owner, entry),
+                        &execution_id,
+                        (&name, &payload),
+                    )
+                    .await,
+                },
+                Io::ReadDefinitions => NodeInput::Definitions {
+                    result: store_definitions(store_all.as_ref()).await,
+                },
                 Io::ReadSessions { sessions } => NodeInput::SessionContacts {
                     result: store.session_contacts(&sessions).await,
                 },
@@ -335,6 +388,42 @@ impl EventLoop {
         self.metrics.commit_failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(error = %message, "group commit failed");
     }
+}
+
+/// The seq of a signal sent to `owner`'s inbox as `entry`, once the owner
+/// applied it: the last `SignalReceived` of the execution with its name and
+/// payload (`None` while the entry waits).
+async fn find_signal(
+    shared: &dyn shared::Store,
+    store: &dyn Storage,
+    (owner, entry): (&str, i64),
+    execution_id: &str,
+    (name, payload): (&str, &serde_json::Value),
+) -> Result<Option<u64>, StorageError> {
+    let waiting = shared.inbox(owner, entry.saturating_sub(1), 1).await?;
+    if waiting.first().is_some_and(|e| e.id == entry) {
+        return Ok(None);
+    }
+    let events = store.history(execution_id, 0, u32::MAX).await?;
+    Ok(events.iter().rev().find_map(|e| match &e.kind {
+        orbit_core::history::EventKind::SignalReceived {
+            name: n,
+            payload: p,
+        } if n == name && p == payload => Some(e.seq),
+        _ => None,
+    }))
+}
+
+/// Every definition the store holds that decodes.
+async fn store_definitions(
+    store: &dyn Storage,
+) -> Result<Vec<orbit_core::engine::DefinitionRecord>, StorageError> {
+    Ok(store
+        .load_definitions()
+        .await?
+        .iter()
+        .filter_map(convert::definition_from_store)
+        .collect())
 }
 
 /// Reads `ids` back from the store (an unknown one with no events).
@@ -368,6 +457,7 @@ pub(super) fn node_config(options: &Options) -> orbit_core::node::NodeConfig {
         tick_ms: u64::try_from(options.tick.as_millis())
             .unwrap_or(u64::MAX)
             .max(1),
+        shared: options.membership.as_ref().map(|m| m.member.clone()),
         ..orbit_core::node::NodeConfig::default()
     }
 }

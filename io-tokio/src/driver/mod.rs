@@ -254,8 +254,10 @@ impl Driver {
         let event_loop = event_loop::EventLoop::new(
             node,
             store,
-            options.membership.clone(),
-            shared.members.clone(),
+            options
+                .membership
+                .clone()
+                .map(|m| (m, shared.members.clone())),
             rx,
             committed,
             metrics,

@@ -307,6 +307,22 @@ impl PostgresStore {
     /// on what it read, and a `Conflict` rolls the write back with the
     /// rest. The events follow only once the rule passed.
     async fn apply(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
+        if let Some(w) = &tx.writer {
+            // The member's contact row, locked against a takeover judging
+            // it at the same time (see `Transaction::writer`).
+            let live: Option<bool> = sqlx::query_scalar(
+                "SELECT last_seen >= now() - $2 * interval '1 millisecond' \
+                 FROM nodes WHERE node_id = $1 FOR SHARE",
+            )
+            .bind(&w.node_id)
+            .bind(i64::try_from(w.timeout_ms).unwrap_or(i64::MAX))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            if live != Some(true) && !(tx.appends.is_empty() && tx.inbox_consumed.is_empty()) {
+                return Err(orbit_core::store::writer_not_live(tx));
+            }
+        }
         if !tx.appends.is_empty() {
             let current = Self::write_projections(conn, tx).await?;
             Self::check(conn, tx, &current).await?;

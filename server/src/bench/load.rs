@@ -75,8 +75,13 @@ pub async fn deploy(http: &reqwest::Client, base: &str, steps: u32) -> Result<()
     .map_err(BenchError::Server)
 }
 
-/// Runs the load against `base` and reports what it measured.
-pub async fn run(config: &Config, base: &str, backend: &str) -> Result<Report, BenchError> {
+/// Runs the load against `bases` (starts and workers in turn over them;
+/// the workload is deployed on the first) and reports what it measured.
+pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Report, BenchError> {
+    let Some(base) = bases.first().map(String::as_str) else {
+        return Err(BenchError::Usage("no server to drive".into()));
+    };
+    let at = |i: u32| bases[i as usize % bases.len()].as_str();
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(usize::MAX)
         .tcp_nodelay(true)
@@ -88,7 +93,7 @@ pub async fn run(config: &Config, base: &str, backend: &str) -> Result<Report, B
 
     let mut workers = Vec::new();
     for i in 0..config.workers {
-        let worker = worker(config, base, &shared, format!("bench-{i}"))?;
+        let worker = worker(config, at(i), &shared, format!("bench-{i}"))?;
         let shared = shared.clone();
         workers.push(tokio::spawn(async move {
             let stopped = async {
@@ -112,10 +117,10 @@ pub async fn run(config: &Config, base: &str, backend: &str) -> Result<Report, B
         None
     };
     let mut starters = Vec::new();
-    for _ in 0..config.concurrency.max(1) {
+    for i in 0..config.concurrency.max(1) {
         let (http, base, shared, run_id) = (
             http.clone(),
-            base.to_owned(),
+            at(i).to_owned(),
             shared.clone(),
             run_id.clone(),
         );

@@ -28,7 +28,9 @@ pub struct Config {
     /// Store of the in-process server (`sqlite://PATH`, `postgres://...`);
     /// `None`: a fresh SQLite file in the temporary directory.
     pub db: Option<String>,
-    /// Drive this running server instead of starting one.
+    /// Drive this running server instead of starting one (several,
+    /// comma-separated: the servers of a shared-mode cluster, which starts
+    /// and workers are spread over in turn).
     pub server: Option<String>,
     /// Executions to run in all.
     pub executions: u64,
@@ -119,10 +121,20 @@ impl Config {
 pub async fn run(config: &Config, options: driver::Options) -> Result<Report, BenchError> {
     config.validate()?;
     let target = match &config.server {
-        Some(url) => Target::remote(url),
+        Some(urls) => Target::remote(urls.split(',').next().unwrap_or_default()),
         None => Target::start(config.db.as_deref(), options).await?,
     };
-    let result = load::run(config, &target.url, &target.backend).await;
+    // Several servers of a shared-mode cluster: starts and workers are
+    // spread over them in turn.
+    let bases: Vec<String> = match &config.server {
+        Some(urls) => urls
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .filter(|u| !u.is_empty())
+            .collect(),
+        None => vec![target.url.clone()],
+    };
+    let result = load::run(config, &bases, &target.backend).await;
     target.stop().await;
     result
 }

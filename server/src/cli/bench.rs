@@ -45,7 +45,9 @@ pub struct Args {
     /// default: a fresh SQLite file in the temporary directory, removed after.
     #[arg(long, conflicts_with = "server")]
     pub db: Option<String>,
-    /// Drive a running server at this URL instead of starting one.
+    /// Drive a running server at this URL instead of starting one; several
+    /// comma-separated URLs drive the servers of a shared-mode cluster
+    /// (starts and workers spread over them in turn).
     #[arg(long)]
     pub server: Option<String>,
     /// Executions to run in all (default 2,000; recovery 10,000; sleepers

@@ -49,16 +49,21 @@ async fn status(args: &StatusArgs) -> Outcome {
         println!("(a single server, not started with --cluster)");
         return Ok(EXIT_OK);
     }
-    println!(
-        "leader     {} {}",
-        or_none(&status.leader_node_id),
-        or_none(&status.leader)
-    );
-    println!(
-        "epoch      {}",
-        status.epoch.map_or("-".to_owned(), |e| e.to_string())
-    );
-    println!("lease      expires {}", or_none(&status.lease_expires_at));
+    if status.mode == "shared" {
+        // No leader, epoch or lease: every member owns its executions.
+        println!("answered   {}", or_none(&status.node_id));
+    } else {
+        println!(
+            "leader     {} {}",
+            or_none(&status.leader_node_id),
+            or_none(&status.leader)
+        );
+        println!(
+            "epoch      {}",
+            status.epoch.map_or("-".to_owned(), |e| e.to_string())
+        );
+        println!("lease      expires {}", or_none(&status.lease_expires_at));
+    }
     println!("nodes      {}", status.nodes.len());
     let width = status
         .nodes

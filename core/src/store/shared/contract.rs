@@ -143,6 +143,7 @@ async fn take_all<S: Storage + Store>(
 /// Runs every check against `store`.
 pub async fn run<S: Storage + Store>(store: &S) -> Result<(), Violation> {
     a_beat_lists_the_live_and_the_dead_owners(store).await?;
+    a_member_writes_only_while_it_is_live(store).await?;
     a_takeover_bumps_the_epoch_and_fences_the_old_owner(store).await?;
     two_survivors_never_take_the_same_execution(store).await?;
     a_family_moves_to_one_survivor(store).await?;
@@ -180,6 +181,12 @@ pub async fn a_beat_lists_the_live_and_the_dead_owners<S: Storage + Store>(
         .beat(&me, "http://me:7000", TIMEOUT_MS)
         .await
         .map_err(io(C))?;
+    ensure!(
+        C,
+        members.silence_ms.is_none(),
+        "a first beat found a silence of {:?}",
+        members.silence_ms
+    );
     let mine = members.live.iter().find(|m| m.node_id == me);
     ensure!(
         C,
@@ -204,11 +211,17 @@ pub async fn a_beat_lists_the_live_and_the_dead_owners<S: Storage + Store>(
         members.live.windows(2).all(|w| w[0].node_id < w[1].node_id),
         "live not sorted"
     );
-    // A second beat updates the contact.
+    // A second beat updates the contact, and says how long it was silent.
     let again = store
         .beat(&me, "http://me:7001", TIMEOUT_MS)
         .await
         .map_err(io(C))?;
+    ensure!(
+        C,
+        again.silence_ms.is_some_and(|s| s < TIMEOUT_MS),
+        "a second beat found a silence of {:?}",
+        again.silence_ms
+    );
     ensure!(
         C,
         again
@@ -218,6 +231,41 @@ pub async fn a_beat_lists_the_live_and_the_dead_owners<S: Storage + Store>(
         "contact not updated: {:?}",
         again.live
     );
+    Ok(())
+}
+
+/// A transaction naming its writing member passes only while that member
+/// is live: before its first beat it is refused, every execution fenced,
+/// nothing applied; after it, it passes.
+pub async fn a_member_writes_only_while_it_is_live<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "a_member_writes_only_while_it_is_live";
+    let me = unique("me");
+    let x = unique("x");
+    let mut a = append(&x, 0, 2);
+    a.fence = Some(fence(&me, 1));
+    let tx = Transaction {
+        appends: vec![a],
+        writer: Some(crate::store::Writer {
+            node_id: me.clone(),
+            timeout_ms: TIMEOUT_MS,
+        }),
+        ..Transaction::default()
+    };
+    let r = store.commit(&tx).await;
+    ensure!(
+        C,
+        matches!(&r, Err(StorageError::Conflict { fenced, .. }) if fenced == &vec![x.clone()]),
+        "a write of a member never heard from gave {r:?}"
+    );
+    let h = store.history(&x, 0, 100).await.map_err(io(C))?;
+    ensure!(C, h.is_empty(), "the refused write left {h:?}");
+    store
+        .beat(&me, "http://me", TIMEOUT_MS)
+        .await
+        .map_err(io(C))?;
+    store.commit(&tx).await.map_err(io(C))?;
     Ok(())
 }
 

@@ -132,6 +132,12 @@ pub struct Members {
     /// Nodes not heard from within the timeout (or never, or `""`) that
     /// still own non-terminal executions, by node id.
     pub dead: Vec<String>,
+    /// How long the beating node had been silent before this beat, by the
+    /// database's clock (`None`: it had no contact row — its first beat,
+    /// or one so late that its row was forgotten). Longer than the
+    /// timeout, and the others may have taken its executions over: it
+    /// must drop what it holds and take back what is still its own.
+    pub silence_ms: Option<Millis>,
 }
 
 impl Members {

@@ -108,19 +108,24 @@ impl PostgresStore {
         nodes: [&str; N],
         timeout_ms: Millis,
     ) -> Result<[bool; N], StorageError> {
+        // The rows stay locked (shared) to the end of the transaction: a
+        // judged member's beat, or a write of it checking that it is live,
+        // waits until this one is over (see `Transaction::writer`).
         let rows = sqlx::query(
-            "SELECT node_id FROM nodes WHERE node_id = ANY($1) \
-             AND last_seen >= now() - $2 * interval '1 millisecond'",
+            "SELECT node_id, last_seen >= now() - $2 * interval '1 millisecond' \
+             FROM nodes WHERE node_id = ANY($1) ORDER BY node_id FOR SHARE",
         )
         .bind(&nodes[..])
         .bind(millis(timeout_ms))
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
-        let live: Vec<String> = rows
-            .iter()
-            .map(|r| r.try_get(0).map_err(unavailable))
-            .collect::<Result<_, _>>()?;
+        let mut live: Vec<String> = Vec::new();
+        for r in &rows {
+            if r.try_get::<bool, _>(1).map_err(unavailable)? {
+                live.push(r.try_get(0).map_err(unavailable)?);
+            }
+        }
         Ok(nodes.map(|n| live.iter().any(|l| l == n)))
     }
 
@@ -130,6 +135,14 @@ impl PostgresStore {
         advertise: &str,
         timeout_ms: Millis,
     ) -> Result<Members, StorageError> {
+        let silence: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT {} FROM nodes WHERE node_id = $1 FOR UPDATE",
+            silent_ms("last_seen")
+        ))
+        .bind(node_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
         sqlx::query(
             "INSERT INTO nodes (node_id, advertise, started_at, last_seen) \
              VALUES ($1, $2, now(), now()) \
@@ -183,7 +196,11 @@ impl PostgresStore {
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
-        Ok(Members { live, dead })
+        Ok(Members {
+            live,
+            dead,
+            silence_ms: silence.map(to_u64),
+        })
     }
 
     async fn take_over_in(
