@@ -390,7 +390,7 @@ const BUDGET_SHARED_ENTRY_KEPT: u64 = 20;
 const BUDGET_SHARED_KEPT_EPOCH: u64 = 100;
 const BUDGET_SHARED_CLAIM_NOT_APPLIED: u64 = 20;
 const BUDGET_SHARED_KEEP_CONSUMED: u64 = 20;
-const BUDGET_SHARED_FENCED_WRITES: u64 = 100;
+const BUDGET_SHARED_FENCED_WRITES: u64 = 300;
 
 /// The first seed below `budget` of `cluster-shared` whose run with
 /// `options` breaks one of `expected`.
