@@ -535,13 +535,17 @@ impl World {
                     if waiting.first().is_some_and(|e| e.id == entry) {
                         return None;
                     }
-                    w.store.events(&execution_id).iter().rev().find_map(|e| match &e.kind {
-                        EventKind::SignalReceived {
-                            name: n,
-                            payload: p,
-                        } if *n == name && *p == payload => Some(e.seq),
-                        _ => None,
-                    })
+                    w.store
+                        .events(&execution_id)
+                        .iter()
+                        .rev()
+                        .find_map(|e| match &e.kind {
+                            EventKind::SignalReceived {
+                                name: n,
+                                payload: p,
+                            } if *n == name && *p == payload => Some(e.seq),
+                            _ => None,
+                        })
                 }),
             },
             Io::ReadDefinitions => NodeInput::Definitions {
