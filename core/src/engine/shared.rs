@@ -809,6 +809,14 @@ impl Engine {
         self.claim_parked();
     }
 
+    /// Whether `token` was handed out by this member and is not known lost.
+    pub(super) fn handed_here(&self, token: &str) -> bool {
+        self.shared
+            .handed
+            .get(token)
+            .is_some_and(|h| h.lost.is_none())
+    }
+
     /// A worker listed `token` in a poll or heartbeat.
     pub(super) fn confirm_handed(&mut self, token: &str) {
         if let Some(h) = self.shared.handed.get_mut(token) {
@@ -890,7 +898,11 @@ impl Engine {
     }
 
     /// A claim's answer.
-    pub(super) fn claimed(&mut self, claim: ClaimId, result: Result<Option<Claimed>, String>) {
+    pub(super) fn claimed(
+        &mut self,
+        claim: ClaimId,
+        result: Result<Option<Claimed>, crate::store::StorageError>,
+    ) {
         let Some(mut c) = self.shared.claims.remove(&claim) else {
             return;
         };
@@ -921,15 +933,38 @@ impl Engine {
                     Ok(task) => c.tasks.push(task),
                     Err(_) => self.lose(&c.token, "the queued task could not be read".into()),
                 }
-                self.apply_own_dispatch(&got.execution_id, &got.unit, &got.task, &got.owner, got.entry, &c);
+                self.apply_own_dispatch(
+                    &got.execution_id,
+                    &got.unit,
+                    &got.task,
+                    &got.owner,
+                    got.entry,
+                    &c,
+                );
                 if (c.tasks.len() as u32) < c.max {
                     return self.next_claim(c);
                 }
                 self.claims_done(c);
             }
             Ok(None) => self.claims_done(c),
-            Err(message) => {
+            Err(e) => {
+                if let crate::store::StorageError::Ambiguous(_) = &e {
+                    // The claim may have landed: a task handed to this
+                    // session that it never got. Nobody here knows which
+                    // execution it was; ending the session stops its
+                    // contact, and the owner redelivers what it held once
+                    // the contact is a session timeout old. The worker
+                    // registers again.
+                    let worker = self
+                        .work
+                        .sessions
+                        .get(&c.session)
+                        .map(|s| s.worker_id.clone())
+                        .unwrap_or_default();
+                    self.end_session(&c.session, &stopped(&worker));
+                }
                 if c.tasks.is_empty() && !c.parked {
+                    let message = e.to_string();
                     return self.reply(c.request, Response::error(503, "STORAGE_ERROR", message));
                 }
                 self.claims_done(c);

@@ -705,6 +705,9 @@ impl Engine {
             let proved = txn.replies.iter().any(|r| stored(&r.proof));
             let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
             if proved {
+                // The whole transaction landed: the inbox entries it
+                // consumed are gone with it.
+                self.entries_committed(&txn.consumed);
                 for rec in &txn.idempotency {
                     self.loads.committed_key(rec);
                 }

@@ -109,7 +109,10 @@ impl Engine {
     /// True while the server still wants the delivery with `token` to run.
     pub(super) fn wanted(&self, token: &str) -> bool {
         let Some(t) = self.work.tokens.get(token) else {
-            return false;
+            // Shared mode: handed out here for an execution another member
+            // owns, or whose dispatch this member has not recorded yet —
+            // only its owner can judge it.
+            return self.handed_here(token);
         };
         let Some(e) = self.executions.get(&t.execution_id) else {
             return false;

@@ -234,13 +234,9 @@ impl Node {
                     result: result.map_err(|e| e.to_string()),
                 },
             ),
-            NodeInput::Claimed { claim, result } => self.engine_input(
-                now,
-                Input::Claimed {
-                    claim,
-                    result: result.map_err(|e| e.to_string()),
-                },
-            ),
+            NodeInput::Claimed { claim, result } => {
+                self.engine_input(now, Input::Claimed { claim, result })
+            }
             NodeInput::Touched { .. } => {
                 if let Some(s) = self.shared.as_mut() {
                     s.touching = false;
