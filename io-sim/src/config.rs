@@ -47,11 +47,18 @@ pub enum Scenario {
     /// both runs must store the same histories and give every actor the
     /// same replies.
     EvictionInvisible,
+    /// `--cluster` shared mode: three nodes executing at once over one
+    /// database, each with its own skewed, drifting clock; nodes killed
+    /// mid group commit and restarted with the same id, paused past
+    /// `--node-timeout` with their I/O queued, cut off from the database;
+    /// takeovers during commits and inbox deliveries; clients and workers
+    /// spread over the nodes.
+    ClusterShared,
 }
 
 impl Scenario {
     /// Every scenario, in a fixed order.
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::Swarm,
         Scenario::SteadyLoad,
         Scenario::CrashStorm,
@@ -66,6 +73,7 @@ impl Scenario {
         Scenario::BuiltinHttp,
         Scenario::ClusterLeader,
         Scenario::EvictionInvisible,
+        Scenario::ClusterShared,
     ];
 
     /// The command-line name (`crash-storm`).
@@ -85,6 +93,7 @@ impl Scenario {
             Scenario::BuiltinHttp => "builtin-http",
             Scenario::ClusterLeader => "cluster-leader",
             Scenario::EvictionInvisible => "eviction-invisible",
+            Scenario::ClusterShared => "cluster-shared",
         }
     }
 
@@ -431,7 +440,7 @@ impl SimConfig {
                 f.worker_fail_probability = p(&mut rng, 0.1);
                 f.client_cancel_probability = p(&mut rng, 0.2);
             }
-            Scenario::ClusterLeader => {
+            Scenario::ClusterLeader | Scenario::ClusterShared => {
                 f.server_crash_interval_ms_mean = if rng.chance(0.7) {
                     rng.between(3, 15) * 1000
                 } else {
@@ -566,6 +575,20 @@ impl SimConfig {
             f.node_pause_probability = rng.float(0.3, 1.0);
             f.node_db_cut_probability = rng.float(0.2, 0.9);
             f.net_partition_probability = p(&mut rng, 0.3);
+            c.commits_in_flight = rng.between(1, 3) as usize;
+        }
+        if scenario == Scenario::ClusterShared {
+            c.cluster_nodes = 3;
+            c.node_timeout_ms = rng.between(1, 5) * 1000;
+            f.clock_skew_ms_max = rng.between(0, 2000);
+            f.clock_drift_ppm_max = rng.between(0, 500);
+            f.clock_jump_ms_max = rng.between(200, 2000);
+            f.node_pause_probability = rng.float(0.3, 1.0);
+            f.node_db_cut_probability = rng.float(0.2, 0.9);
+            f.net_partition_probability = p(&mut rng, 0.3);
+            f.worker_pause_probability = p(&mut rng, 0.05);
+            f.worker_double_report_probability = p(&mut rng, 0.1);
+            f.worker_slow_probability = p(&mut rng, 0.1);
             c.commits_in_flight = rng.between(1, 3) as usize;
         }
         // Drawn after everything else: eviction of idle executions, from

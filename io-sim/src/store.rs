@@ -36,6 +36,14 @@ pub enum StoreBug {
     /// bumping their epoch (a paused owner that gets one back can write
     /// beside it).
     TakeOverKeepsEpoch,
+    /// Shared mode: a claim answers the oldest queue row as claimed but
+    /// applies nothing (the row stays queued, no `dispatch` entry reaches
+    /// the owner): a task is handed out without its claim committed.
+    ClaimNotApplied,
+    /// Shared mode: a commit whose appends or consumed entries the epoch
+    /// check fences is applied anyway (a paused owner that wakes up after
+    /// a takeover writes beside the new owner).
+    AcceptFencedWrites,
 }
 
 #[derive(Debug, Clone)]
@@ -96,7 +104,7 @@ impl SimStore {
                 return Err(orbit_core::store::writer_not_live(tx));
             }
         }
-        check(
+        let checked = check(
             &tx.appends,
             &tx.inbox_consumed,
             |id| {
@@ -107,7 +115,14 @@ impl SimStore {
                 })
             },
             |id| s.shared.inbox.get(&id).map(|e| e.execution_id.as_str()),
-        )?;
+        );
+        match checked {
+            Err(StorageError::Conflict { fenced, stale })
+                if self.bug == StoreBug::AcceptFencedWrites
+                    && !fenced.is_empty()
+                    && stale.is_empty() => {}
+            other => other?,
+        }
         if self.bug == StoreBug::LoseLastCommitOnCrash {
             *self.before_last.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
         }

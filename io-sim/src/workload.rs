@@ -231,7 +231,8 @@ fn mix(scenario: Scenario) -> &'static [(&'static str, u64)] {
         Scenario::CrashStorm
         | Scenario::StorageFaults
         | Scenario::ClockJumps
-        | Scenario::ClusterLeader => &[
+        | Scenario::ClusterLeader
+        | Scenario::ClusterShared => &[
             ("Plain", 2),
             ("Saga", 2),
             ("Waiting", 1),

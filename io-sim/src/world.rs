@@ -26,8 +26,14 @@ use std::sync::Arc;
 mod cluster;
 pub(crate) mod lockstep;
 mod server;
+mod shared;
 
 pub(crate) use cluster::ClusterEv;
+pub(crate) use shared::SharedEv;
+
+/// Steps the world takes at one virtual instant before it reports a spin
+/// (a node asking for `Time` at a time already come, forever).
+const SPIN_STEPS_MAX: u64 = 200_000;
 
 /// Virtual time at which every run starts (2026-01-01T00:00:00Z).
 pub const EPOCH_MS: Millis = 1_767_225_600_000;
@@ -131,6 +137,8 @@ pub(crate) enum Ev {
         commit: orbit_core::node::CommitId,
         stale: Vec<String>,
     },
+    /// Shared mode: calls at the database, pauses and database cuts.
+    Shared(SharedEv),
 }
 
 impl Ev {
@@ -158,6 +166,7 @@ impl Ev {
             Ev::Builtin(_) => 20,
             Ev::Cluster(_) => 21,
             Ev::CreatesRefused { .. } => 22,
+            Ev::Shared(_) => 23,
         }
     }
 }
@@ -203,6 +212,8 @@ pub struct World {
     pub(crate) focus: usize,
     /// Leader mode (the `cluster-leader` scenario), if simulated.
     cluster: Option<cluster::Cluster>,
+    /// Shared mode (the `cluster-shared` scenario), if simulated.
+    shared: Option<shared::SharedCluster>,
     /// Which node each worker and client sends its requests to.
     routes: BTreeMap<Actor, usize>,
     incarnation: u64,
@@ -272,6 +283,7 @@ impl World {
             servers: vec![None],
             focus: 0,
             cluster: None,
+            shared: None,
             routes: BTreeMap::new(),
             incarnation: 0,
             workers: Vec::new(),
@@ -307,7 +319,9 @@ impl World {
     }
 
     fn setup(&mut self) -> Result<(), String> {
-        if self.cfg.cluster_nodes > 1 {
+        if self.cfg.scenario == crate::config::Scenario::ClusterShared {
+            self.shared_setup()?;
+        } else if self.cfg.cluster_nodes > 1 {
             self.cluster_setup()?;
         } else {
             self.boot(None);
@@ -392,6 +406,7 @@ impl World {
     pub(crate) fn run_observed(mut self) -> (Report, check::invisible::Observed) {
         let deadline = self.faults_end_at + self.cfg.liveness_ms_max;
         let mut last_quiet_check = 0;
+        let mut same_instant = 0u64;
         while self.violation.is_none() {
             let next = match self.instant.pop_front() {
                 Some(ev) => Some(((self.now, 0), ev)),
@@ -406,6 +421,22 @@ impl World {
             if t > deadline {
                 self.now = deadline;
                 break;
+            }
+            if t == self.now {
+                same_instant += 1;
+                if same_instant > SPIN_STEPS_MAX {
+                    self.fail(Violation::new(
+                        Invariant::Liveness,
+                        format!(
+                            "{SPIN_STEPS_MAX} steps at one instant ({} ms): a node asks for the time again and again without virtual time moving (last event: {})",
+                            t - EPOCH_MS,
+                            describe(&ev)
+                        ),
+                    ));
+                    break;
+                }
+            } else {
+                same_instant = 0;
             }
             self.now = t;
             self.stats.steps += 1;
@@ -514,6 +545,7 @@ impl World {
                 self.restart();
             }
             Ev::Cluster(ev) => self.cluster_event(ev),
+            Ev::Shared(ev) => self.shared_event(ev),
             Ev::Timeout { actor, req } => match actor {
                 Actor::Worker(w) => self.worker_timeout(w, req),
                 Actor::Client(c) => self.client_timeout(c, req),
@@ -538,7 +570,9 @@ impl World {
             }
             Ev::FaultsEnd => {
                 self.faults_on = false;
-                if self.cluster.is_some() {
+                if self.shared.is_some() {
+                    self.shared_heal();
+                } else if self.cluster.is_some() {
                     self.cluster_heal();
                 } else if self.server().is_none() {
                     // A crashed server comes back now, not later.
@@ -685,6 +719,14 @@ impl World {
 
     /// Records what an actor was told and checks it is durable now.
     pub(crate) fn told(&mut self, fact: Fact) {
+        let fact = if self.shared.is_some() {
+            match self.shared_told(fact) {
+                Some(fact) => fact,
+                None => return,
+            }
+        } else {
+            fact
+        };
         let events = self.store.events(fact.execution());
         if let Err(v) = check::durability::check(&fact, &events) {
             self.fail(v);
@@ -788,7 +830,12 @@ impl World {
         let workflows = &self.workflows;
         let bound = self.cfg.liveness_ms_max;
         let mut stuck: BTreeMap<String, Violation> = BTreeMap::new();
-        let live_engine = self.server().filter(|_| led).map(|s| s.node.engine());
+        // In a shared cluster no one node holds every execution: the
+        // histories are compared with the store's rows alone.
+        let live_engine = self
+            .server()
+            .filter(|_| led && self.shared.is_none())
+            .map(|s| s.node.engine());
         let back = self.clock_back_total + self.clock_back_pending;
         let mut facts: BTreeMap<&str, Vec<&Fact>> = BTreeMap::new();
         for f in &self.facts {
@@ -827,12 +874,22 @@ impl World {
         if let Err(v) = result {
             return self.fail(v);
         }
+        if self.shared.is_some() {
+            // A member answers for a running execution only once it owns
+            // it: what never finished is reported as such first.
+            if let Err(v) = liveness.clone() {
+                return self.fail(v);
+            }
+        }
         if led {
             if let Err(v) = self.read_back() {
                 return self.fail(v);
             }
         }
         if let Err(v) = liveness {
+            return self.fail(v);
+        }
+        if let Err(v) = self.shared_final() {
             return self.fail(v);
         }
         let open: Vec<String> = self.clients.iter().flat_map(|c| c.open_ops()).collect();
@@ -850,8 +907,18 @@ impl World {
         let mut rows = Vec::new();
         self.store
             .for_each(|row, events| rows.push((row.clone(), events.to_vec())));
+        let focus = self.focus;
         for (i, (row, events)) in rows.iter().enumerate() {
-            let id = u64::MAX - i as u64;
+            if self.shared.is_some() {
+                // Through its owner (another member answers for a running
+                // execution it does not own from the row alone).
+                match self.shared_owner_node(&row.id) {
+                    Some(node) => self.focus = node,
+                    None => continue,
+                }
+            }
+            // Below the ids the engine keeps for its own (inbox) requests.
+            let id = orbit_core::engine::INBOX_REQUESTS - 1 - i as u64;
             let ios = self.node_handle(NodeInput::Request {
                 id,
                 request: Request::GetExecution {
@@ -875,7 +942,20 @@ impl World {
                             let result = Ok(self.fetch_now(executions, idempotency));
                             next.extend(self.node_handle(NodeInput::Fetched { load, result }));
                         }
-                        _ => {}
+                        Io::Load {
+                            id: load,
+                            executions,
+                        } => {
+                            let result = Ok(self.fetch_now(executions, Vec::new()).executions);
+                            next.extend(self.node_handle(NodeInput::Loaded { load, result }));
+                        }
+                        other => {
+                            if self.trace {
+                                let text = format!("{other:?}");
+                                let short: String = text.chars().take(160).collect();
+                                println!("          read back of {}: {short}", row.id);
+                            }
+                        }
                     }
                 }
                 ios = next;
@@ -883,6 +963,7 @@ impl World {
             let response = reply.unwrap_or_else(|| Response::error(599, "NO_REPLY", "no reply"));
             check::durability::read_back(row, events, &response)?;
         }
+        self.focus = focus;
         Ok(())
     }
 
@@ -903,6 +984,16 @@ impl World {
     }
 
     fn quiescent(&mut self) -> bool {
+        if self.shared.is_some() {
+            if self.clients.iter().any(|c| !c.open_ops().is_empty()) || !self.shared_quiet() {
+                return false;
+            }
+            let mut all = true;
+            self.store.for_each(|row, _| {
+                all &= orbit_core::store::is_terminal(&row.status);
+            });
+            return all;
+        }
         if !self.focus_leader()
             || self.server().is_none()
             || self.clients.iter().any(|c| !c.open_ops().is_empty())

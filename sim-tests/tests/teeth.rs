@@ -380,3 +380,130 @@ fn an_evicted_execution_that_gives_up_its_admission_slot_is_caught_only_by_the_c
         "seed {seed:#x}: the run with eviction alone was caught too:\n{alone}"
     );
 }
+
+/// Shared cluster mode (`cluster-shared`): the budgets of its teeth, each
+/// about ten times the first catch measured when it was set. Some seeds
+/// of the scenario fail without any planted bug (liveness, engine
+/// findings 9 and 10 in `regressions.rs`), so a tooth counts as caught
+/// only by the invariant it breaks, which no unplanted seed has broken.
+const BUDGET_SHARED_ENTRY_KEPT: u64 = 20;
+const BUDGET_SHARED_KEPT_EPOCH: u64 = 100;
+const BUDGET_SHARED_CLAIM_NOT_APPLIED: u64 = 20;
+const BUDGET_SHARED_KEEP_CONSUMED: u64 = 20;
+const BUDGET_SHARED_FENCED_WRITES: u64 = 300;
+
+/// The first seed below `budget` of `cluster-shared` whose run with
+/// `options` breaks one of `expected`.
+fn first_shared_catch(
+    options: &orbit_io_sim::RunOptions,
+    budget: u64,
+    expected: &[Invariant],
+) -> Option<(u64, orbit_io_sim::Report)> {
+    (0..budget).find_map(|seed| {
+        let report = orbit_io_sim::run_with(
+            orbit_io_sim::SimConfig::sample(seed, Scenario::ClusterShared),
+            options.clone(),
+        );
+        let got = report.outcome.violation().map(|v| v.invariant);
+        got.is_some_and(|g| expected.contains(&g))
+            .then_some((seed, report))
+    })
+}
+
+fn shared_caught(
+    name: &str,
+    options: orbit_io_sim::RunOptions,
+    budget: u64,
+    expected: &[Invariant],
+) {
+    let catch = first_shared_catch(&options, budget, expected);
+    caught_as(name, catch, "cluster-shared", budget, expected);
+}
+
+/// An inbox entry applied without its deletion in the same commit stays
+/// in the inbox (it is fed again and again): the inbox is not empty once
+/// the cluster is quiet.
+#[test]
+fn shared_an_inbox_entry_applied_without_being_deleted_is_caught() {
+    shared_caught(
+        "InboxEntryKept",
+        orbit_io_sim::RunOptions {
+            plant: vec![orbit_io_sim::Bug::InboxEntryKept],
+            ..orbit_io_sim::RunOptions::default()
+        },
+        BUDGET_SHARED_ENTRY_KEPT,
+        &[Invariant::InboxOnce],
+    );
+}
+
+/// A takeover that moves executions without bumping their epoch: the new
+/// owner's epoch is one already in use, and two nodes append at it.
+#[test]
+fn shared_a_takeover_that_keeps_the_epoch_is_caught() {
+    shared_caught(
+        "TakeOverKeepsEpoch",
+        orbit_io_sim::RunOptions {
+            bugs: Bugs {
+                store: StoreBug::TakeOverKeepsEpoch,
+                ..Bugs::default()
+            },
+            ..orbit_io_sim::RunOptions::default()
+        },
+        BUDGET_SHARED_KEPT_EPOCH,
+        &[Invariant::OneWriter],
+    );
+}
+
+/// A claim answered without being applied: the task is handed out while
+/// no `dispatch` entry reaches the owner.
+#[test]
+fn shared_a_task_handed_out_without_its_claim_committed_is_caught() {
+    shared_caught(
+        "ClaimNotApplied",
+        orbit_io_sim::RunOptions {
+            bugs: Bugs {
+                store: StoreBug::ClaimNotApplied,
+                ..Bugs::default()
+            },
+            ..orbit_io_sim::RunOptions::default()
+        },
+        BUDGET_SHARED_CLAIM_NOT_APPLIED,
+        &[Invariant::InboxOnce],
+    );
+}
+
+/// A store that keeps the inbox entries a commit consumes: each is applied
+/// again, and consumed twice.
+#[test]
+fn shared_a_store_that_keeps_consumed_entries_is_caught() {
+    shared_caught(
+        "KeepConsumedEntries",
+        orbit_io_sim::RunOptions {
+            bugs: Bugs {
+                store: StoreBug::KeepConsumedEntries,
+                ..Bugs::default()
+            },
+            ..orbit_io_sim::RunOptions::default()
+        },
+        BUDGET_SHARED_KEEP_CONSUMED,
+        &[Invariant::InboxOnce],
+    );
+}
+
+/// A store that applies writes the epoch check fences: a paused owner
+/// waking up after a takeover appends at its old epoch.
+#[test]
+fn shared_a_store_that_accepts_fenced_writes_is_caught() {
+    shared_caught(
+        "AcceptFencedWrites",
+        orbit_io_sim::RunOptions {
+            bugs: Bugs {
+                store: StoreBug::AcceptFencedWrites,
+                ..Bugs::default()
+            },
+            ..orbit_io_sim::RunOptions::default()
+        },
+        BUDGET_SHARED_FENCED_WRITES,
+        &[Invariant::OneWriter, Invariant::InboxOnce],
+    );
+}

@@ -40,11 +40,15 @@ pub enum Bug {
     /// (`--max-active-executions`): a waiting execution starts in its
     /// place, earlier than it would have had the evicted one stayed.
     EvictionFreesAdmissionSlot,
+    /// Shared mode: an inbox entry is applied but its deletion is left out
+    /// of the batch that records what it caused (it stays in the inbox and
+    /// is applied again).
+    InboxEntryKept,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 10] = [
         Bug::UncertainAsFailed,
         Bug::StaleFailureAccepted,
         Bug::DoubleSuccess,
@@ -54,6 +58,7 @@ impl Bug {
         Bug::EvictionLosesTimer,
         Bug::SplitForgetsInnocent,
         Bug::EvictionFreesAdmissionSlot,
+        Bug::InboxEntryKept,
     ];
 
     /// Its name on the command line (`orbit-sim --plant NAME`).
@@ -68,6 +73,7 @@ impl Bug {
             Bug::EvictionLosesTimer => "eviction-loses-timer",
             Bug::SplitForgetsInnocent => "split-forgets-innocent",
             Bug::EvictionFreesAdmissionSlot => "eviction-frees-admission-slot",
+            Bug::InboxEntryKept => "inbox-entry-kept",
         }
     }
 

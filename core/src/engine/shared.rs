@@ -493,6 +493,9 @@ impl Engine {
             let Some(epoch) = self.consume_epoch(exec_id) else {
                 continue;
             };
+            if self.planted(super::Bug::InboxEntryKept) {
+                continue;
+            }
             txn.consumed.push(ConsumedEntry {
                 entry,
                 execution_id: exec_id.clone(),

@@ -126,13 +126,18 @@ impl State {
         }
     }
 
-    /// The earliest time this state has something to do.
+    /// The earliest time this state has something to do. A call in
+    /// flight has nothing to do before it comes back (its completion is an
+    /// input, after which the node asks for the time again): counting its
+    /// deadline once passed would ask for `Time` at a time already come,
+    /// again and again, for as long as the call takes.
     pub(super) fn next_due(&self) -> Millis {
-        self.next_beat
-            .min(self.next_inbox)
-            .min(self.next_touch)
-            .min(self.next_contacts)
-            .min(self.next_definitions)
+        let due = |at: Millis, busy: bool| if busy { Millis::MAX } else { at };
+        due(self.next_beat, self.beating)
+            .min(due(self.next_inbox, self.reading_inbox))
+            .min(due(self.next_touch, self.touching))
+            .min(due(self.next_contacts, self.reading_contacts))
+            .min(due(self.next_definitions, self.reading_definitions))
     }
 }
 

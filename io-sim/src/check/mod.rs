@@ -41,6 +41,12 @@ pub enum Invariant {
     /// 9. Eviction is invisible: evicting idle executions changes no
     ///    history and no reply (`eviction-invisible` only).
     EvictionInvisible,
+    /// 10. Shared mode: every inbox entry is applied once, by the
+    ///     execution's owner at its current epoch, and deleted with what it
+    ///     caused; a task is handed out only once its claim is durable;
+    ///     nothing is left in the inbox or the queue once the cluster is
+    ///     quiet (`cluster-shared` only).
+    InboxOnce,
 }
 
 impl Invariant {
@@ -56,6 +62,7 @@ impl Invariant {
             Invariant::Saga => 7,
             Invariant::Liveness => 8,
             Invariant::EvictionInvisible => 9,
+            Invariant::InboxOnce => 10,
         }
     }
 
@@ -71,6 +78,7 @@ impl Invariant {
             Invariant::Saga => "saga correctness",
             Invariant::Liveness => "liveness",
             Invariant::EvictionInvisible => "eviction is invisible",
+            Invariant::InboxOnce => "inbox entries and claims applied once",
         }
     }
 }

@@ -113,6 +113,54 @@ impl SimStore {
             .collect()
     }
 
+    /// One stored inbox entry: `(node, execution, kind, body)` (for
+    /// checkers).
+    pub fn inbox_entry(&self, id: i64) -> Option<(String, String, Kind, serde_json::Value)> {
+        self.lock().shared.inbox.get(&id).map(|e| {
+            (
+                e.node_id.clone(),
+                e.execution_id.clone(),
+                e.kind,
+                e.body.clone(),
+            )
+        })
+    }
+
+    /// Every stored inbox entry: `(id, node, execution, kind, body,
+    /// created_at)`, by id (for checkers).
+    #[allow(clippy::type_complexity)]
+    pub fn inbox_rows(&self) -> Vec<(i64, String, String, Kind, serde_json::Value, Millis)> {
+        self.lock()
+            .shared
+            .inbox
+            .iter()
+            .map(|(id, e)| {
+                (
+                    *id,
+                    e.node_id.clone(),
+                    e.execution_id.clone(),
+                    e.kind,
+                    e.body.clone(),
+                    e.created_at,
+                )
+            })
+            .collect()
+    }
+
+    /// Every queued task row: `(execution, unit)` (for checkers).
+    pub fn queue_rows(&self) -> Vec<(String, String)> {
+        self.lock()
+            .queue
+            .values()
+            .filter_map(|op| match op {
+                QueueOp::Enqueue {
+                    execution_id, unit, ..
+                } => Some((execution_id.clone(), unit.clone())),
+                QueueOp::Remove { .. } => None,
+            })
+            .collect()
+    }
+
     /// The owner `(node, epoch)` stored on an execution's row.
     pub fn owner(&self, execution_id: &str) -> Option<Fence> {
         self.lock().executions.get(execution_id).map(|r| Fence {
@@ -341,6 +389,18 @@ impl SimStore {
         };
         let dispatch = serde_json::to_value(&dispatch)
             .map_err(|e| StorageError::Unavailable(format!("encode: {e}")))?;
+        if self.bug == StoreBug::ClaimNotApplied {
+            // Planted: answered as claimed, nothing written.
+            return Ok(Some(Claimed {
+                execution_id,
+                unit,
+                task,
+                body,
+                enqueued_at,
+                entry: s.shared.last_id + 1,
+                owner,
+            }));
+        }
         s.queue.remove(&(execution_id.clone(), unit.clone()));
         let entry = s.push(&owner.node_id, &execution_id, Kind::Dispatch, dispatch);
         Ok(Some(Claimed {

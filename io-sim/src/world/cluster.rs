@@ -243,6 +243,9 @@ impl World {
 
     /// The event's node, if it is paused: the time it resumes.
     pub(super) fn paused_target(&self, ev: &Ev) -> Option<Millis> {
+        if self.shared.is_some() {
+            return self.shared_paused_target(ev);
+        }
         let c = self.cluster.as_ref()?;
         let node = match ev {
             Ev::ToServer { node, .. } | Ev::Crash { node } => *node,
@@ -263,6 +266,9 @@ impl World {
     /// Which node `actor` sends to: the one it last heard leads, or — when
     /// that process refuses connections — the next one of its list.
     pub(super) fn route(&mut self, actor: Actor) -> usize {
+        if self.shared.is_some() {
+            return self.shared_route(actor);
+        }
         let Some(c) = &self.cluster else {
             return 0;
         };
@@ -319,6 +325,9 @@ impl World {
     /// Whether the node of server incarnation `inc` is cut off from the
     /// database now (its writes and reads do not get through).
     pub(super) fn db_cut(&self, inc: u64) -> bool {
+        if self.shared.is_some() {
+            return self.shared_db_cut(inc);
+        }
         self.cluster_term(inc)
             .is_some_and(|(node, _)| self.now < self.cluster_ref().nodes[node].db_cut_until)
     }

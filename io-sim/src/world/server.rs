@@ -35,7 +35,7 @@ impl World {
             max_active_executions: self.cfg.max_active_executions,
             idempotency_ttl_ms: self.cfg.idempotency_ttl_ms,
             epoch,
-            node_id: None,
+            node_id: self.shared_node_id(self.focus),
             idle_evict_ms: self.cfg.idle_evict_ms,
             max_in_memory: self.cfg.max_in_memory,
             finished_cache: self.cfg.finished_cache,
@@ -50,13 +50,22 @@ impl World {
                 commits_in_flight: self.cfg.commits_in_flight,
                 tick_ms: TICK_EVERY_MS,
                 group_across_reads: self.reads_at_once(),
+                shared: self
+                    .shared_node_id(self.focus)
+                    .map(|node_id| orbit_core::node::Member {
+                        advertise: format!("http://{node_id}.sim"),
+                        node_id,
+                        node_timeout_ms: self.cfg.node_timeout_ms,
+                    }),
                 ..NodeConfig::default()
             },
         );
-        let writer = match &self.cluster {
-            Some(c) => c.nodes[self.focus].id.clone(),
-            None => convert::NODE.to_owned(),
+        let writer = match (&self.cluster, self.shared_node_id(self.focus)) {
+            (_, Some(id)) => id,
+            (Some(c), None) => c.nodes[self.focus].id.clone(),
+            (None, None) => convert::NODE.to_owned(),
         };
+        self.shared_booted(self.focus, self.incarnation);
         self.servers[self.focus] = Some(Server {
             node,
             writer,
@@ -122,7 +131,7 @@ impl World {
             return;
         }
         let step = self.rng.between(100, self.cfg.faults.clock_jump_ms_max);
-        if self.cluster.is_some() {
+        if self.cluster.is_some() || self.shared.is_some() {
             // A cluster node's clock steps forward while it runs.
             self.focus = self.rng.between(0, self.servers.len() as u64 - 1) as usize;
             self.stats.fault("clock_jump");
@@ -165,6 +174,9 @@ impl World {
         if self.cluster.is_some() {
             return self.cluster_restart();
         }
+        if self.shared.is_some() {
+            return self.shared_restart();
+        }
         if self.server().is_some() {
             return;
         }
@@ -192,13 +204,18 @@ impl World {
             .collect();
         // Work in progress only, as the production driver loads it; the
         // engine fetches what it needs of finished executions and keys.
-        let executions = self
-            .store
-            .all()
-            .into_iter()
-            .filter(|e| !orbit_core::store::is_terminal(&e.row.status))
-            .map(convert::execution_from_store)
-            .collect();
+        // A shared-mode member reads only what it owns, once it has taken
+        // it back (its node loop asks).
+        let executions = if self.shared.is_some() {
+            Vec::new()
+        } else {
+            self.store
+                .all()
+                .into_iter()
+                .filter(|e| !orbit_core::store::is_terminal(&e.row.status))
+                .map(convert::execution_from_store)
+                .collect()
+        };
         self.feed(NodeInput::Recover {
             definitions,
             executions,
@@ -254,6 +271,7 @@ impl World {
                 }
             }
         }
+        self.shared_crashed(server.inc);
         self.store.crash();
         self.builtin_crashed();
         drop(server);
@@ -373,8 +391,8 @@ impl World {
                     self.wake_at(inc, t);
                 }
                 Io::Committed { .. } => {}
-                // Shared cluster mode is the three-node world's.
-                Io::Beat { .. }
+                // Shared cluster mode (the three-node world's).
+                shared @ (Io::Beat { .. }
                 | Io::TakeOver { .. }
                 | Io::Reclaim { .. }
                 | Io::ReadInbox { .. }
@@ -383,7 +401,11 @@ impl World {
                 | Io::TouchSessions { .. }
                 | Io::ReadSessions { .. }
                 | Io::ReadDefinitions
-                | Io::FindSignal { .. } => {}
+                | Io::FindSignal { .. }) => {
+                    if self.shared.is_some() {
+                        self.shared_io(inc, shared);
+                    }
+                }
             }
         }
     }
@@ -563,10 +585,30 @@ impl World {
         writer: &str,
         commit: &GroupCommit,
     ) -> Result<(), StorageError> {
-        let tx = convert::group_transaction(&commit.batches, writer);
+        let mut tx = convert::group_transaction(&commit.batches, writer);
+        if self.shared.is_some() {
+            self.store.set_clock(self.now);
+            // A member's writes pass only while it is live (as the tokio
+            // driver sends them).
+            tx.writer = Some(orbit_core::store::Writer {
+                node_id: writer.to_owned(),
+                timeout_ms: self.cfg.node_timeout_ms,
+            });
+        }
         match self.cluster_term(inc) {
             Some((node, epoch)) => self.apply_as_leader(node, epoch, &tx),
-            None => self.store.apply(&tx),
+            None => {
+                let entries = self.shared_before_apply(&tx);
+                let result = self.store.apply(&tx);
+                if result.is_ok() {
+                    self.shared_applied(writer, &tx, entries);
+                } else if self.shared.is_some()
+                    && matches!(&result, Err(StorageError::Conflict { fenced, .. }) if !fenced.is_empty())
+                {
+                    self.stats.fault("write_fenced");
+                }
+                result
+            }
         }
     }
 

@@ -21,14 +21,16 @@ const USAGE: &str =
   --scenario NAME one of: swarm (default), steady-load, crash-storm, lost-workers,
                   late-and-duplicate, storage-faults, cancel-compensation,
                   signals-sleeps, child-workflows, idempotent-starts, clock-jumps,
-                  builtin-http, cluster-leader, eviction-invisible, or all
+                  builtin-http, cluster-leader, eviction-invisible,
+                  cluster-shared, or all
   --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
                   network, partition, workers, cancel, clock, pause, db-cut
   --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
                   uncertain-as-failed, stale-failure-accepted, double-success,
                   dispatch-before-commit, key-released-on-ambiguous,
                   hand-out-to-dead-session, eviction-loses-timer,
-                  split-forgets-innocent, eviction-frees-admission-slot; and cluster
+                  split-forgets-innocent, eviction-frees-admission-slot,
+                  inbox-entry-kept (cluster-shared); and cluster
                   bugs (cluster-leader): skip-epoch-check, lease-by-own-clock,
                   serve-before-recovery
   --trace         print every step of the world (with --seed)
