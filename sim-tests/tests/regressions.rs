@@ -233,7 +233,9 @@ fn finding_8_a_cancelled_parent_stays_until_its_children_hear_of_it() {
     passes(0x2c7, Scenario::EvictionInvisible);
 }
 
-/// Finding 9 (engine, shared mode, not fixed): a claim whose outcome is
+/// Finding 9 (engine, shared mode; fixed: an ambiguous claim ends the
+/// polling session, so the owner redelivers what it held once the
+/// session's contact is a session timeout old): a claim whose outcome is
 /// unknown (`Ambiguous`) but that landed leaves a task nobody watches. The
 /// claim removed the queue row and wrote the `dispatch` entry, so the
 /// owner records `StepDispatched` for the claim's token and session, but
@@ -245,7 +247,6 @@ fn finding_8_a_cancelled_parent_stays_until_its_children_hear_of_it() {
 /// An ambiguous claim should count as a hand-out not yet confirmed (its
 /// token watched until the worker lists it, else reported lost).
 #[test]
-#[ignore = "finding 9: engine bug, not fixed"]
 fn finding_9_an_ambiguous_claim_that_landed_is_watched() {
     passes(0x4, Scenario::ClusterShared);
 }
@@ -311,7 +312,9 @@ fn finding_12_one_execution_per_idempotency_key_across_members() {
     passes(0x723, Scenario::ClusterShared);
 }
 
-/// Finding 13 (engine, shared mode, not fixed): a member cut off from the
+/// Finding 13 (engine, shared mode; fixed: a refusal fences the epoch the
+/// batch was written at, not a newer one taken back since): a member cut
+/// off from the
 /// database for `--node-timeout` drops what it owns and takes it back with
 /// a new epoch once it is in touch again (0x9b: n2 reclaims `46ebc0fc…` at
 /// epoch 3 at 20089 ms); a batch built at the old epoch (2) is then
@@ -323,7 +326,6 @@ fn finding_12_one_execution_per_idempotency_key_across_members() {
 /// fence on an epoch older than the one held should not give up the newer
 /// ownership (or should be followed by a reclaim).
 #[test]
-#[ignore = "finding 13: engine bug, not fixed"]
 fn finding_13_a_stale_epoch_fenced_after_a_reclaim_keeps_the_new_ownership() {
     passes(0x9b, Scenario::ClusterShared);
 }

@@ -156,7 +156,17 @@ impl Engine {
                     Vec::new()
                 };
                 for id in &fenced {
-                    self.give_up(id, &message);
+                    // Taken back at a newer epoch since this batch was
+                    // written (a reclaim): that ownership stands.
+                    let newer = txn.epochs.get(id).is_some_and(|written| {
+                        self.executions
+                            .get(id)
+                            .and_then(|e| e.epoch)
+                            .is_some_and(|held| held > *written)
+                    });
+                    if !newer {
+                        self.give_up(id, &message);
+                    }
                 }
                 let stale: Vec<String> = stale
                     .into_iter()

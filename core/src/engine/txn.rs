@@ -112,6 +112,9 @@ pub(crate) struct Txn {
     pub consumed: Vec<ConsumedEntry>,
     /// Shared cluster mode: the batch puts tasks in the database's queue.
     pub enqueues: bool,
+    /// Shared cluster mode: the epoch each execution was written at (a
+    /// refusal fences that ownership only, not a newer one taken since).
+    pub epochs: BTreeMap<String, u64>,
 }
 
 impl Txn {
@@ -368,6 +371,7 @@ impl Engine {
         let id = self.writes.next;
         let mut executions = Vec::new();
         let mut queue = Vec::new();
+        let mut epochs = Vec::new();
         self.consume_replied(&mut txn);
         for (exec_id, d) in &mut txn.drafts {
             if !d.events.is_empty() {
@@ -379,6 +383,9 @@ impl Engine {
             let epoch = self.epoch_for(exec_id);
             if self.is_shared() {
                 queue.extend(self.queue_ops(exec_id, d));
+                if let Some(e) = epoch {
+                    epochs.push((exec_id.clone(), e));
+                }
             }
             executions.push(ExecutionAppend {
                 execution_id: exec_id.clone(),
@@ -416,6 +423,7 @@ impl Engine {
                 d.definition_hash.clone(),
             );
         }
+        txn.epochs.extend(epochs);
         txn.enqueues = queue
             .iter()
             .any(|op| matches!(op, crate::store::QueueOp::Enqueue { .. }));
