@@ -85,21 +85,11 @@ fn builtin_http_task_across_crashes() {
 fn cluster_leader_with_takeovers_pauses_and_skew() {
     run(Scenario::ClusterLeader, 13);
 }
-
-/// Seeds of `cluster-shared` below 51 that fail because of known engine
-/// bugs of shared mode (finding 9 in `tests/regressions.rs`): skipped
-/// until fixed.
-const KNOWN_SHARED_ENGINE_BUGS: &[u64] = &[0x4];
-
-/// Shared mode: three nodes over one database, 50 seeds (0 to 50 but the
-/// known failure). About a second in release.
+/// Shared mode: three nodes over one database, seeds 0 to 50. About a
+/// second in release.
 #[test]
 fn cluster_shared_with_takeovers_pauses_inbox_and_claims() {
-    let seeds: Vec<u64> = ci_seeds(0, 51)
-        .into_iter()
-        .filter(|s| !KNOWN_SHARED_ENGINE_BUGS.contains(s))
-        .collect();
-    assert_seeds_pass(Scenario::ClusterShared, &seeds);
+    assert_seeds_pass(Scenario::ClusterShared, &ci_seeds(0, 51));
 }
 
 /// Each seed runs twice (eviction off, then forced), so this costs about
