@@ -337,8 +337,20 @@ impl Node {
     /// A takeover or reclaim answered: read what moved, and go on while
     /// there may be more.
     fn taken(&mut self, result: Result<Vec<Taken>, StorageError>, reclaim: bool) {
-        let Ok(taken) = result else {
-            return; // tried again after the next beat
+        let taken = match result {
+            Ok(taken) => taken,
+            Err(StorageError::Ambiguous(_)) if !reclaim => {
+                // The takeover may have landed: executions now this
+                // member's that it does not know of. A reclaim takes back
+                // everything that names it (those included), at a new
+                // epoch.
+                if let Some(s) = self.shared.as_mut() {
+                    s.reclaim = Some(String::new());
+                }
+                return;
+            }
+            // Tried again after the next beat (a reclaim from where it was).
+            Err(_) => return,
         };
         let generation = match self.shared.as_ref() {
             Some(s) if s.taking_generation == s.generation => s.generation,
