@@ -329,3 +329,16 @@ fn finding_12_one_execution_per_idempotency_key_across_members() {
 fn finding_13_a_stale_epoch_fenced_after_a_reclaim_keeps_the_new_ownership() {
     passes(0x9b, Scenario::ClusterShared);
 }
+
+/// Finding 14 (node loop, shared mode; fixed): a takeover answered
+/// `Ambiguous` had landed, moving an execution to the member that asked;
+/// the member took the error as "nothing moved" and its next takeover
+/// found nothing left, so the execution was owned in the database and held
+/// nowhere — its inbox entries were read every 50 ms and never applied
+/// (0x551: n3's takeover from n2 at 23861 ms). An ambiguous takeover is now
+/// followed by a reclaim, which takes back everything that names the
+/// member.
+#[test]
+fn finding_14_an_ambiguous_takeover_that_landed_is_reclaimed() {
+    passes(0x551, Scenario::ClusterShared);
+}
