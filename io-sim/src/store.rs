@@ -123,6 +123,19 @@ impl SimStore {
                     && stale.is_empty() => {}
             other => other?,
         }
+        if tx.writer.is_some() && !tx.appends.is_empty() {
+            // Shared mode: a live record another member wrote first stays,
+            // and this transaction is refused, nothing applied.
+            let now = s.now();
+            let taken = tx.idempotency.iter().any(|r| {
+                s.idempotency
+                    .get(&(r.scope.clone(), r.key.clone()))
+                    .is_some_and(|old| old.expires_at > now)
+            });
+            if taken {
+                return Err(orbit_core::store::key_taken(tx));
+            }
+        }
         if self.bug == StoreBug::LoseLastCommitOnCrash {
             *self.before_last.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.clone());
         }

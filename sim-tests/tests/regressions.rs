@@ -297,7 +297,9 @@ fn finding_11_no_storm_of_refused_deletions_after_an_ambiguous_commit() {
     passes(0x18, Scenario::ClusterShared);
 }
 
-/// Finding 12 (engine or store, shared mode, not fixed): two members each
+/// Finding 12 (store, shared mode; fixed: a shared-mode write whose
+/// Idempotency-Key already has a live record is refused, its executions
+/// named stale, and the retried request replays the record): two members each
 /// create an execution for one Idempotency-Key. A client's start with a
 /// key is retried on another member (clients go round-robin) while the
 /// first member's create is in flight: both fetch the key's record (none
@@ -307,9 +309,9 @@ fn finding_11_no_storm_of_refused_deletions_after_an_ambiguous_commit() {
 /// merge of main). The key's record should be claimed exclusively in the
 /// create's transaction, across members.
 #[test]
-#[ignore = "finding 12: engine/store bug, not fixed"]
 fn finding_12_one_execution_per_idempotency_key_across_members() {
     passes(0x723, Scenario::ClusterShared);
+    passes(0x40e, Scenario::ClusterShared);
 }
 
 /// Finding 13 (engine, shared mode; fixed: a refusal fences the epoch the

@@ -160,6 +160,21 @@ pub fn writer_not_live(tx: &Transaction) -> StorageError {
     }
 }
 
+/// The refusal of a shared-mode transaction whose Idempotency-Key record
+/// another member wrote first (still live): the executions it appends are
+/// named stale, nothing applied. The request is answered
+/// `503 STORAGE_ERROR`; retried, it finds the other member's record and
+/// replays its answer.
+pub fn key_taken(tx: &Transaction) -> StorageError {
+    let mut stale: Vec<String> = tx.appends.iter().map(|a| a.execution_id.clone()).collect();
+    stale.sort();
+    stale.dedup();
+    StorageError::Conflict {
+        fenced: Vec::new(),
+        stale,
+    }
+}
+
 /// Whether an execution status is terminal.
 pub fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled")

@@ -52,7 +52,11 @@ fn refuse_empty(node_id: &str) -> Result<(), StorageError> {
 }
 
 impl State {
-    /// Whether `node` was heard from within `timeout_ms`.
+    /// The store's clock (the shared tables' time).
+    pub(crate) fn now(&self) -> Millis {
+        self.shared.clock
+    }
+
     /// Whether `node` was heard from within `timeout_ms` (the store's
     /// clock): a shared-mode member's writes pass only then.
     pub(crate) fn member_live(&self, node: &str, timeout_ms: Millis) -> bool {

@@ -335,7 +335,11 @@ impl PostgresStore {
             Self::write_definitions(conn, &tx.definitions).await?;
         }
         if !tx.idempotency.is_empty() {
-            Self::write_idempotency(conn, &tx.idempotency).await?;
+            let written =
+                Self::write_idempotency(conn, &tx.idempotency, tx.writer.is_some()).await?;
+            if !written && !tx.appends.is_empty() {
+                return Err(orbit_core::store::key_taken(tx));
+            }
         }
         if !tx.queue.is_empty() {
             Self::write_queue(conn, &tx.queue).await?;
@@ -533,10 +537,14 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Writes the records; `false` when, with `exclusive` (shared mode:
+    /// other members write keys too), a live record of another writer was
+    /// in the way and was kept (the caller refuses the transaction).
     async fn write_idempotency(
         conn: &mut sqlx::PgConnection,
         records: &[IdempotencyRecord],
-    ) -> Result<(), StorageError> {
+        exclusive: bool,
+    ) -> Result<bool, StorageError> {
         // The last record for a (scope, key) wins, as with one INSERT OR
         // REPLACE per record.
         let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
@@ -558,22 +566,30 @@ impl PostgresStore {
             bodies.push(r.body.as_str());
             expires.push(to_i64(r.expires_at));
         }
-        sqlx::query(
+        // Exclusive: a live record is not replaced (the WHERE leaves it,
+        // and the row count tells).
+        let only_expired = if exclusive {
+            " WHERE idempotency.expires_at <= (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT"
+        } else {
+            ""
+        };
+        let written = sqlx::query(&format!(
             "INSERT INTO idempotency (scope, key, fingerprint, status, body, expires_at) \
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[]) \
              ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
-             status = excluded.status, body = excluded.body, expires_at = excluded.expires_at",
-        )
+             status = excluded.status, body = excluded.body, expires_at = excluded.expires_at{only_expired}"
+        ))
         .bind(&scopes)
         .bind(&keys)
         .bind(&fingerprints)
         .bind(&statuses)
         .bind(&bodies)
         .bind(&expires)
+        .persistent(false)
         .execute(&mut *conn)
         .await
         .map_err(unavailable)?;
-        Ok(())
+        Ok(written.rows_affected() == n as u64)
     }
 
     async fn write_queue(
