@@ -302,11 +302,12 @@ fn finding_11_an_entry_deleted_by_an_ambiguous_commit_is_not_deleted_again() {
 /// merge of main). The key's record should be claimed exclusively in the
 /// create's transaction, across members.
 /// Both seeds pass after the merge of c6043b6, whose changes moved their
-/// runs elsewhere; the race itself is not known fixed.
+/// runs elsewhere; the race is still there: 0x40e (`start-c2-0` created
+/// `590defe9…`, then `193e8f28…`).
 #[test]
-#[ignore = "finding 12: engine/store bug, not known fixed"]
+#[ignore = "finding 12: engine/store bug, not fixed"]
 fn finding_12_one_execution_per_idempotency_key_across_members() {
-    passes(0x723, Scenario::ClusterShared);
+    passes(0x40e, Scenario::ClusterShared);
 }
 
 /// Finding 13 (engine, shared mode, not fixed): a member cut off from the
@@ -326,4 +327,19 @@ fn finding_12_one_execution_per_idempotency_key_across_members() {
 #[ignore = "finding 13: engine bug, not known fixed"]
 fn finding_13_a_stale_epoch_fenced_after_a_reclaim_keeps_the_new_ownership() {
     passes(0x9b, Scenario::ClusterShared);
+}
+
+/// Finding 14 (node loop, shared mode, fixed here in `node/shared.rs`):
+/// a takeover that comes back `Ambiguous` having landed moves the dead
+/// node's executions to this node, which never hears of them: its next
+/// beat no longer lists their old owner as dead (it owns nothing now, and
+/// had restarted), and a node takes its own back only when it starts or
+/// after losing the database. The executions stay owned by a live member
+/// that does not hold them (0x27: n3's takeover of n1 at 30313 ms moves
+/// `31acdddd…`, whose signal entry 33 is then read 12,000 times and never
+/// applied). Now an ambiguous takeover or reclaim makes the node reclaim
+/// its own executions.
+#[test]
+fn finding_14_an_ambiguous_takeover_that_landed_is_reclaimed() {
+    passes(0x27, Scenario::ClusterShared);
 }

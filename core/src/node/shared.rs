@@ -337,8 +337,18 @@ impl Node {
     /// A takeover or reclaim answered: read what moved, and go on while
     /// there may be more.
     fn taken(&mut self, result: Result<Vec<Taken>, StorageError>, reclaim: bool) {
-        let Ok(taken) = result else {
-            return; // tried again after the next beat
+        let taken = match result {
+            Ok(taken) => taken,
+            Err(StorageError::Ambiguous(_)) => {
+                // It may have moved executions to this node that it will
+                // never hear of (the next beat no longer lists their old
+                // owner as dead): take back what is this node's.
+                if let Some(s) = self.shared.as_mut() {
+                    s.reclaim = Some(String::new());
+                }
+                return;
+            }
+            Err(_) => return, // tried again after the next beat
         };
         let generation = match self.shared.as_ref() {
             Some(s) if s.taking_generation == s.generation => s.generation,
