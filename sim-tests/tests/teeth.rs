@@ -383,8 +383,8 @@ fn an_evicted_execution_that_gives_up_its_admission_slot_is_caught_only_by_the_c
 
 /// Shared cluster mode (`cluster-shared`): the budgets of its teeth, each
 /// about ten times the first catch measured when it was set. Some seeds
-/// of the scenario fail without any planted bug (liveness, engine
-/// findings 9 and 10 in `regressions.rs`), so a tooth counts as caught
+/// of the scenario fail without any planted bug (engine findings in
+/// `regressions.rs`), so a tooth counts as caught
 /// only by the invariant it breaks, which no unplanted seed has broken.
 const BUDGET_SHARED_ENTRY_KEPT: u64 = 20;
 const BUDGET_SHARED_KEPT_EPOCH: u64 = 100;
