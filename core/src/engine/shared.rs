@@ -1095,8 +1095,12 @@ impl Engine {
         let mut ids = Vec::new();
         for (stored, epoch) in executions {
             let id = stored.execution_id.clone();
-            if self.executions.contains_key(&id) {
+            if let Some(e) = self.executions.get(&id) {
+                let batch = e.busy;
                 self.give_up(&id, "fenced: this node took the execution back");
+                if let Some(batch) = batch {
+                    self.give_up_created_in(batch);
+                }
             }
             if stored.events.is_empty() {
                 continue;
@@ -1138,6 +1142,23 @@ impl Engine {
         }
         self.load_missing_children();
         self.admission.needed = true;
+    }
+
+    /// The executions a batch in flight creates (its children): the batch
+    /// is fenced with the execution just adopted again, or landed and the
+    /// adopted history names them, so they are read again if so; kept,
+    /// they would stand in for the children the adopted execution decides
+    /// to start (seed 0x4c).
+    fn give_up_created_in(&mut self, batch: u64) {
+        let created: Vec<String> = self
+            .executions
+            .iter()
+            .filter(|(_, e)| e.busy == Some(batch) && e.proj.last_seq == 0)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in created {
+            self.give_up(&id, "fenced: this node took the execution back");
+        }
     }
 
     /// Shared mode: a request names a workflow this node does not know,

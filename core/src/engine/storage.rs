@@ -118,9 +118,19 @@ fn storage_error(message: &str) -> Response {
 
 impl Engine {
     pub(super) fn stored(&mut self, batch: BatchId, result: StorageResult) {
-        let Some(txn) = self.writes.batches.remove(&batch) else {
+        let Some(mut txn) = self.writes.batches.remove(&batch) else {
             return;
         };
+        // Shared mode: an execution adopted again while this batch was in
+        // flight is held as read after the move, and this batch's outcome
+        // is no longer its own to change.
+        txn.drafts.retain(|id, d| {
+            d.sent.is_empty()
+                || self
+                    .executions
+                    .get(id)
+                    .is_none_or(|e| e.busy == Some(batch))
+        });
         let unknown = match &result {
             StorageResult::Ambiguous { .. } => true,
             StorageResult::Unavailable { .. } => txn.unsettled,
@@ -147,7 +157,6 @@ impl Engine {
                 fenced,
                 stale,
             } => {
-                let mut txn = txn;
                 // A create of an id another node owns is refused as fenced:
                 // the start is answered from the stored execution.
                 let taken = if self.is_shared() {
