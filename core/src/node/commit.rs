@@ -105,6 +105,8 @@ impl Node {
             .map(|(batch, result)| Input::Stored { batch, result });
         let effects = self.engine.handle_all(now, stored);
         self.route(effects);
+        // A reclaim may have waited for this commit (shared mode).
+        self.take_more();
     }
 
     /// The batches a `Conflict` names fail with it; the others go back, in

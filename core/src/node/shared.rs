@@ -85,6 +85,12 @@ pub(super) struct State {
     generation: u64,
     /// The generation the takeover or reclaim in flight was issued in.
     taking_generation: u64,
+    /// The last batch handed to the store before the last drop. The
+    /// reclaim after the drop waits until it and every earlier batch have
+    /// answered: one that lands after the drop leaves a row naming this
+    /// node that it no longer holds (a start, say), and only a reclaim
+    /// issued after it landed finds it (seed 0x50).
+    settle_through: Option<u64>,
     next_inbox: Millis,
     reading_inbox: bool,
     inbox_reads: u64,
@@ -112,6 +118,7 @@ impl State {
             dropped: false,
             generation: 0,
             taking_generation: 0,
+            settle_through: None,
             next_inbox: 0,
             reading_inbox: false,
             inbox_reads: 0,
@@ -302,12 +309,19 @@ impl Node {
     }
 
     /// Issues the next takeover or reclaim call, one at a time.
-    fn take_more(&mut self) {
+    pub(super) fn take_more(&mut self) {
+        let unsettled = self.unsettled_through();
         let Some(s) = self.shared.as_mut() else {
             return;
         };
         if s.taking || s.reclaiming || s.beat_ok.is_none() {
             return;
+        }
+        if let (Some(last), Some(_)) = (s.settle_through, &s.reclaim) {
+            if unsettled.is_some_and(|id| id <= last) {
+                return; // a commit answering calls again
+            }
+            s.settle_through = None;
         }
         s.taking_generation = s.generation;
         if let Some(after) = s.reclaim.clone() {
@@ -429,8 +443,10 @@ impl Node {
     /// database for longer than `--node-timeout`.
     fn drop_owned(&mut self, now: Millis) {
         self.stats.drops += 1;
+        let last = self.last_unanswered();
         if let Some(s) = self.shared.as_mut() {
             s.generation += 1;
+            s.settle_through = last.max(s.settle_through);
         }
         let reason = "fenced: this node was out of touch with the database for --node-timeout";
         self.engine_input(
@@ -439,6 +455,21 @@ impl Node {
                 reason: reason.to_owned(),
             },
         );
+    }
+
+    /// The highest batch id waiting to be written or being written.
+    fn last_unanswered(&self) -> Option<u64> {
+        self.unanswered().max()
+    }
+
+    /// The lowest batch id waiting to be written or being written.
+    fn unsettled_through(&self) -> Option<u64> {
+        self.unanswered().min()
+    }
+
+    fn unanswered(&self) -> impl Iterator<Item = u64> + '_ {
+        let written = self.in_flight.values().flat_map(|c| c.batches.iter());
+        self.pending.iter().chain(written).map(|b| b.id)
     }
 
     /// The engine asked for the definitions (one read at a time).
