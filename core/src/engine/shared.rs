@@ -459,6 +459,34 @@ impl Engine {
         }
     }
 
+    /// A batch of `exec_id` failed, and with it any inbox entry it applied:
+    /// that entry comes again with the next read of the inbox, so the later
+    /// entries parked behind the batch go back too, to be applied after it
+    /// in order. Applied now, a result would overtake the dispatch before
+    /// it and be taken for one of a task never handed out (seed 0xd6).
+    pub(super) fn release_parked_entries(&mut self, exec_id: &str) {
+        let Some(e) = self.executions.get_mut(exec_id) else {
+            return;
+        };
+        if !e.waiting.iter().any(|(id, _)| id & INBOX_REQUESTS != 0) {
+            return;
+        }
+        let (entries, others): (std::collections::VecDeque<_>, _) = std::mem::take(&mut e.waiting)
+            .into_iter()
+            .partition(|(id, _)| id & INBOX_REQUESTS != 0);
+        e.waiting = others;
+        for (id, _) in entries {
+            self.reply(
+                id,
+                Response::error(
+                    503,
+                    "STORAGE_ERROR",
+                    "an earlier inbox entry of this execution is applied again first",
+                ),
+            );
+        }
+    }
+
     /// A read asked for by [`Engine::inbox`] came back.
     pub(super) fn read_for_inbox(&mut self, exec_id: &str) {
         self.shared.reading.remove(exec_id);

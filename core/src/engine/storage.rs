@@ -300,6 +300,7 @@ impl Engine {
                 }
             } else {
                 self.retry_soon(id);
+                self.release_parked_entries(id);
                 self.drain_waiting(id);
             }
         }
@@ -722,6 +723,11 @@ impl Engine {
                 self.handed_out(token, session);
             }
             let proved = txn.replies.iter().any(|r| stored(&r.proof));
+            if !proved {
+                for id in txn.drafts.keys() {
+                    self.release_parked_entries(id);
+                }
+            }
             let keys: Vec<String> = txn.idempotency.iter().map(|r| r.key.clone()).collect();
             if proved {
                 // The whole transaction landed: the inbox entries it
