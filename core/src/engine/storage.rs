@@ -6,6 +6,7 @@ use super::batch::{BatchId, StorageResult, StoredExecution};
 use super::effect::{Effect, Response};
 use super::input::{Request, RequestId};
 use super::parts::Work;
+use super::shared::RemoteSession;
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
@@ -568,7 +569,10 @@ impl Engine {
             for token in p.tokens.keys() {
                 if let Some(t) = self.work.tokens.get(token) {
                     if let Some(s) = &t.session {
-                        holders.push((token.clone(), s.clone(), t.confirmed));
+                        // A session of another node: followed through its
+                        // contact, which it keeps.
+                        let contact = self.work.remote.get(s).map(|r| r.last_contact);
+                        holders.push((token.clone(), s.clone(), t.confirmed, contact));
                     }
                 }
                 if let Some(reason) = self.work.orphans.get(token) {
@@ -635,13 +639,27 @@ impl Engine {
                 self.work.orphans.insert(token, reason);
             }
         }
-        for (token, session, confirmed) in holders {
-            if let Some(t) = self.work.tokens.get_mut(&token) {
-                t.session = Some(session.clone());
-                t.confirmed = confirmed;
-            }
+        for (token, session, confirmed, contact) in holders {
+            let Some(t) = self.work.tokens.get_mut(&token) else {
+                continue;
+            };
+            t.session = Some(session.clone());
+            t.confirmed = confirmed;
             if let Some(s) = self.work.sessions.get_mut(&session) {
                 s.tokens.insert(token);
+            } else if let Some(last_contact) = contact {
+                // Still followed, or it would never be found lost (seed
+                // 0x222: a reload forgot the remote session of a delivery,
+                // which then waited forever).
+                self.work
+                    .remote
+                    .entry(session)
+                    .or_insert_with(|| RemoteSession {
+                        tokens: BTreeSet::new(),
+                        last_contact,
+                    })
+                    .tokens
+                    .insert(token);
             }
         }
         match before {

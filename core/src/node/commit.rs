@@ -123,11 +123,17 @@ impl Node {
         let mut innocent = Vec::new();
         for b in &commit.batches {
             let ids = b.executions.iter().map(|a| &a.execution_id);
-            let f: Vec<String> = ids
+            // A batch is judged by the epochs of the inbox entries it
+            // deletes too: one that only deletes entries names no append,
+            // and kept as innocent it would be written again for ever.
+            let consumed = b.consumed.iter().map(|c| &c.execution_id);
+            let f: BTreeSet<String> = ids
                 .clone()
+                .chain(consumed)
                 .filter(|id| fenced.contains(*id))
                 .cloned()
                 .collect();
+            let f: Vec<String> = f.into_iter().collect();
             let s: Vec<String> = ids.filter(|id| stale.contains(*id)).cloned().collect();
             if f.is_empty() && s.is_empty() {
                 innocent.push(b.clone());
@@ -153,6 +159,16 @@ impl Node {
         {
             results.extend(innocent.iter().map(|b| (b.id, StorageResult::Ok)));
             return results;
+        }
+        if results.is_empty() {
+            // The store named executions none of these batches writes:
+            // written again, they would meet the same refusal. They fail.
+            let message = "fenced: the store refused the write; nothing was written";
+            return every(&commit.batches, || StorageResult::Conflict {
+                message: message.to_owned(),
+                fenced: fenced.iter().cloned().collect(),
+                stale: stale.iter().cloned().collect(),
+            });
         }
         self.stats.recommitted += innocent.len() as u64;
         for b in innocent.into_iter().rev() {
