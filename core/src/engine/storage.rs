@@ -166,15 +166,25 @@ impl Engine {
                     Vec::new()
                 };
                 for id in &fenced {
-                    // Taken back at a newer epoch since this batch was
-                    // written (a reclaim): that ownership stands.
-                    let newer = txn.epochs.get(id).is_some_and(|written| {
-                        self.executions
-                            .get(id)
-                            .and_then(|e| e.epoch)
-                            .is_some_and(|held| held > *written)
-                    });
-                    if !newer {
+                    // Taken back at a newer epoch since part of this batch
+                    // was written (a reclaim; the epoch of an inbox entry
+                    // it deletes counts too): that ownership stands. So
+                    // does one the batch never wrote at all.
+                    let appended = txn.epochs.get(id).copied();
+                    let consumed = txn
+                        .consumed
+                        .iter()
+                        .filter(|c| c.execution_id == *id)
+                        .map(|c| c.epoch);
+                    let written = appended.into_iter().chain(consumed).min();
+                    let held = self.executions.get(id).and_then(|e| e.epoch);
+                    let stands = self.is_shared()
+                        && match (written, held) {
+                            (Some(written), Some(held)) => held > written,
+                            (None, _) => true,
+                            (Some(_), None) => false,
+                        };
+                    if !stands {
                         self.give_up(id, &message);
                     }
                 }
