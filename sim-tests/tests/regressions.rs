@@ -417,3 +417,15 @@ fn finding_19_a_batch_refused_for_the_entries_it_deletes_is_not_written_again() 
         report.node.recommitted
     );
 }
+
+/// Finding 20 (engine, shared mode; fixed): with finding 19's split, a
+/// batch that only deletes an inbox entry, deleted at the epoch before a
+/// reclaim, was refused `fenced` with the execution named; its appends
+/// were at the new epoch, so the member took the refusal for a genuine
+/// one and gave up an execution it had just taken back (0xbb: `c2-e0`,
+/// reclaimed at epoch 2 at 11221 ms). A refusal is now judged by the
+/// oldest epoch the batch wrote for the execution, entries included.
+#[test]
+fn finding_20_a_fence_on_an_old_entry_keeps_the_newer_ownership() {
+    passes(0xbb, Scenario::ClusterShared);
+}
