@@ -412,9 +412,9 @@ fn finding_19_a_batch_refused_for_the_entries_it_deletes_is_not_written_again() 
     let report = orbit_io_sim::run(0x4c, Scenario::ClusterShared);
     assert_eq!(report.outcome.exit_code(), 0, "{report}");
     assert!(
-        report.node.recommitted < 1_000,
+        report.stats.node.recommitted < 1_000,
         "{} batches written again\n{report}",
-        report.node.recommitted
+        report.stats.node.recommitted
     );
 }
 
