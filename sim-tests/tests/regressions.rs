@@ -352,14 +352,17 @@ fn finding_14_an_ambiguous_takeover_that_landed_is_reclaimed() {
 /// batch that starts its child was in flight recorded `ChildStarted` from
 /// its adopted history while the child stood in memory as that doomed
 /// batch's draft, so the child was never created (0x4c). Adopting an
-/// execution again now also drops the executions its batch in flight
-/// creates, and that batch's outcome no longer touches executions held
-/// afresh. 0x399 and 0x3ad failed the same way.
+/// execution again now also drops its children that memory holds but the
+/// store is not known to, and that batch's outcome no longer touches
+/// executions held afresh. 0x399 and 0x3ad failed the same way; 0x1245
+/// did with the batch answered `Ambiguous` (no longer in flight, its
+/// child being read again) when the take-back came.
 #[test]
 fn finding_15_a_parent_taken_back_mid_batch_does_not_lose_its_child() {
     passes(0x4c, Scenario::ClusterShared);
     passes(0x399, Scenario::ClusterShared);
     passes(0x3ad, Scenario::ClusterShared);
+    passes(0x1245, Scenario::ClusterShared);
 }
 
 /// Finding 16 (node loop, shared mode; fixed): a member's first beat found

@@ -1123,12 +1123,9 @@ impl Engine {
         let mut ids = Vec::new();
         for (stored, epoch) in executions {
             let id = stored.execution_id.clone();
-            if let Some(e) = self.executions.get(&id) {
-                let batch = e.busy;
+            if self.executions.contains_key(&id) {
                 self.give_up(&id, "fenced: this node took the execution back");
-                if let Some(batch) = batch {
-                    self.give_up_created_in(batch);
-                }
+                self.give_up_uncreated_children(&id);
             }
             if stored.events.is_empty() {
                 continue;
@@ -1172,19 +1169,23 @@ impl Engine {
         self.admission.needed = true;
     }
 
-    /// The executions a batch in flight creates (its children): the batch
-    /// is fenced with the execution just adopted again, or landed and the
-    /// adopted history names them, so they are read again if so; kept,
-    /// they would stand in for the children the adopted execution decides
-    /// to start (seed 0x4c).
-    fn give_up_created_in(&mut self, batch: u64) {
-        let created: Vec<String> = self
+    /// The children of `parent` that memory holds but the store is not
+    /// known to: written by a batch of the copy just given up (in flight,
+    /// or answered `Ambiguous` and being read again). That batch was
+    /// written at the old epoch, so it is fenced or landed before the
+    /// take-back read the history; either way the history adopted says
+    /// whether they exist, and kept, they would stand in for the children
+    /// the adopted parent decides to start (seeds 0x4c, 0x1245).
+    fn give_up_uncreated_children(&mut self, parent: &str) {
+        let prefix = format!("{parent}.");
+        let uncreated: Vec<String> = self
             .executions
-            .iter()
-            .filter(|(_, e)| e.busy == Some(batch) && e.proj.last_seq == 0)
+            .range(prefix.clone()..)
+            .take_while(|(id, _)| id.starts_with(&prefix))
+            .filter(|(_, e)| e.proj.last_seq == 0)
             .map(|(id, _)| id.clone())
             .collect();
-        for id in created {
+        for id in uncreated {
             self.give_up(&id, "fenced: this node took the execution back");
         }
     }
