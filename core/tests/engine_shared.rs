@@ -103,16 +103,20 @@ fn a_poll_claims_from_the_database_and_hands_out_what_the_claim_returns() {
         held: vec![],
     });
     let (claim, token, tasks) = match w.shared.last() {
-        Some(Effect::Claim { claim, poll }) => (*claim, poll.token.clone(), poll.tasks.clone()),
+        Some(Effect::Claim { claim, poll }) => {
+            assert_eq!(poll.tokens.len(), 1, "a poll for one task claims one row");
+            (*claim, poll.tokens[0].clone(), poll.tasks.clone())
+        }
         other => panic!("expected a claim, got {other:?}"),
     };
     assert_eq!(tasks, vec!["demo.work".to_string()]);
     w.feed(Input::Claimed {
         claim,
-        result: Ok(Some(Claimed {
+        result: Ok(vec![Claimed {
             execution_id: "x".into(),
             unit: "work".into(),
             task: "demo.work".into(),
+            token: token.clone(),
             body: json!({
                 "token": "", "execution_id": "x", "workflow": "Plain",
                 "workflow_version": "1.0.0", "step_id": "work", "task_name": "demo.work",
@@ -125,7 +129,7 @@ fn a_poll_claims_from_the_database_and_hands_out_what_the_claim_returns() {
                 node_id: "a".into(),
                 epoch: 1,
             },
-        })),
+        }]),
     });
     let reply = w.replies.get(&poll).expect("the poll is answered");
     assert_eq!(reply.body["tasks"][0]["token"], token);

@@ -88,15 +88,19 @@ async fn concurrent_claims_from_many_servers_take_each_row_once() {
                 let poll = Poll {
                     node_id: format!("n{s}"),
                     session: format!("s{s}-{c}"),
-                    token: format!("t{s}-{c}"),
+                    // Several rows per claim: concurrent batches never
+                    // overlap either.
+                    tokens: (0..3).map(|i| format!("t{s}-{c}-{i}")).collect(),
                     worker_id: format!("w{s}-{c}"),
                     tasks: vec!["t".into()],
                 };
                 let mut got = Vec::new();
                 loop {
                     match server.claim(&poll).await {
-                        Ok(Some(claimed)) => got.push((claimed.execution_id, claimed.unit)),
-                        Ok(None) => return got,
+                        Ok(claimed) if claimed.is_empty() => return got,
+                        Ok(claimed) => {
+                            got.extend(claimed.into_iter().map(|c| (c.execution_id, c.unit)))
+                        }
                         Err(e) => panic!("claim failed: {e}"),
                     }
                 }
@@ -151,7 +155,7 @@ async fn a_claim_never_waits_for_an_owners_commit() {
     let poll = Poll {
         node_id: "n".into(),
         session: "s".into(),
-        token: "t".into(),
+        tokens: vec!["t".into()],
         worker_id: "w".into(),
         tasks: vec!["t".into()],
     };
@@ -159,10 +163,12 @@ async fn a_claim_never_waits_for_an_owners_commit() {
         .await
         .expect("the claim waited for the owner's commit")
         .unwrap();
-    assert_eq!(claimed.map(|c| c.execution_id), Some("idle".to_owned()));
+    let ids: Vec<String> = claimed.into_iter().map(|c| c.execution_id).collect();
+    assert_eq!(ids, ["idle"]);
     sqlx::query("ROLLBACK").execute(&mut owner).await.unwrap();
     let claimed = store.claim(&poll).await.unwrap();
-    assert_eq!(claimed.map(|c| c.execution_id), Some("busy".to_owned()));
+    let ids: Vec<String> = claimed.into_iter().map(|c| c.execution_id).collect();
+    assert_eq!(ids, ["busy"]);
     store.close().await;
 }
 

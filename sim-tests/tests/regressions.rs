@@ -432,3 +432,17 @@ fn finding_19_a_batch_refused_for_the_entries_it_deletes_is_not_written_again() 
 fn finding_20_a_fence_on_an_old_entry_keeps_the_newer_ownership() {
     passes(0xbb, Scenario::ClusterShared);
 }
+
+/// Finding 21 (engine, shared mode; fixed): a member took an execution
+/// back while the batch recording a `dispatch` entry of its own claim was
+/// in flight; the worker's result then went to the member's own inbox,
+/// was read before that batch failed (fenced at the old epoch), found the
+/// execution held afresh and idle, and was judged a result for a token
+/// never handed out: deleted, and the unit waited for ever (0x43f, found
+/// once polls claimed several rows at a time: `c0-e1`'s `charge`, entries
+/// 9 and 10). An entry whose execution has an earlier entry still being
+/// applied now comes again with the next read.
+#[test]
+fn finding_21_an_entry_waits_for_the_earlier_one_being_applied() {
+    passes(0x43f, Scenario::ClusterShared);
+}

@@ -107,7 +107,7 @@ pub enum Input {
         /// The claim's id.
         claim: super::ClaimId,
         /// The task claimed (none matched), or why the claim failed.
-        result: Result<Option<crate::store::shared::Claimed>, crate::store::StorageError>,
+        result: Result<Vec<crate::store::shared::Claimed>, crate::store::StorageError>,
     },
     /// Shared cluster mode: the last contact of worker sessions polling
     /// other nodes ([`super::Engine::remote_sessions`]), as the database

@@ -51,6 +51,10 @@ pub type ClaimId = u64;
 /// their requests below it.
 pub const INBOX_REQUESTS: RequestId = 1 << 63;
 
+/// The most queue rows one claim transaction takes for a poll: a poll for
+/// more tasks claims again once these are in.
+const CLAIM_BATCH: u32 = 32;
+
 /// The reason recorded when a worker never listed a task handed to it.
 fn not_received(worker: &str) -> String {
     format!("worker `{worker}` did not receive the task")
@@ -71,8 +75,8 @@ struct Claiming {
     session: String,
     max: u32,
     wait_ms: u64,
-    /// The token the claim in flight hands its task out with.
-    token: String,
+    /// How many rows the claim in flight asked for (one token each).
+    asked: u32,
     tasks: Vec<Task>,
     /// A parked poll claiming again (it stays in `Work::polls`).
     parked: bool,
@@ -447,10 +451,21 @@ impl Engine {
                 });
                 continue;
             }
-            self.shared.entries.insert(id, e.execution_id.clone());
             // Entries of one execution apply in order: one behind a batch
             // in flight (the dispatch before it, say) waits for it.
             let behind = held.is_some_and(|x| x.blocked() || !x.waiting.is_empty());
+            if !behind && self.earlier_entry_pending(&e) {
+                // The entry before it is still being applied, by a batch of
+                // a copy given up since (taken back at a newer epoch): this
+                // one comes again with the next read (seed 0x43f: a result
+                // judged before its dispatch, then deleted).
+                self.out.push(Effect::InboxDone {
+                    entry: e.id,
+                    applied: false,
+                });
+                continue;
+            }
+            self.shared.entries.insert(id, e.execution_id.clone());
             match entry_request(&e) {
                 Some(request) if behind => self.park_behind(&e.execution_id, id, request),
                 Some(request) => self.request(id, request),
@@ -485,6 +500,14 @@ impl Engine {
                 ),
             );
         }
+    }
+
+    /// Whether an entry of `e`'s execution that came before it is still
+    /// being applied.
+    fn earlier_entry_pending(&self, e: &Entry) -> bool {
+        self.shared.entries.iter().any(|(request, exec_id)| {
+            *exec_id == e.execution_id && ((request & !INBOX_REQUESTS) as i64) < e.id
+        })
     }
 
     /// A read asked for by [`Engine::inbox`] came back.
@@ -893,7 +916,7 @@ impl Engine {
             session: session_id.to_string(),
             max,
             wait_ms,
-            token: String::new(),
+            asked: 0,
             tasks: Vec::new(),
             parked: false,
         });
@@ -908,13 +931,18 @@ impl Engine {
             return self.claims_done(c);
         }
         let worker_id = s.worker_id.clone();
-        c.token = self.ids.next_id();
+        // What the poll still takes, in one transaction.
+        c.asked = c
+            .max
+            .saturating_sub(c.tasks.len() as u32)
+            .clamp(1, CLAIM_BATCH);
+        let tokens = (0..c.asked).map(|_| self.ids.next_id()).collect();
         self.shared.next += 1;
         let claim = self.shared.next;
         let poll = Poll {
             node_id: self.config.node_id.clone().unwrap_or_default(),
             session: c.session.clone(),
-            token: c.token.clone(),
+            tokens,
             tasks,
             worker_id,
         };
@@ -929,52 +957,24 @@ impl Engine {
     pub(super) fn claimed(
         &mut self,
         claim: ClaimId,
-        result: Result<Option<Claimed>, crate::store::StorageError>,
+        result: Result<Vec<Claimed>, crate::store::StorageError>,
     ) {
         let Some(mut c) = self.shared.claims.remove(&claim) else {
             return;
         };
         self.shared.claiming.remove(&c.request);
         match result {
-            Ok(Some(got)) => {
-                let worker_id = self
-                    .work
-                    .sessions
-                    .get(&c.session)
-                    .map(|s| s.worker_id.clone())
-                    .unwrap_or_default();
-                let mut body = got.body;
-                body["token"] = json!(c.token);
-                self.shared.handed.insert(
-                    c.token.clone(),
-                    Handed {
-                        execution_id: got.execution_id.clone(),
-                        session: c.session.clone(),
-                        worker_id,
-                        at: self.now,
-                        confirmed: false,
-                        lost: None,
-                        sending: false,
-                    },
-                );
-                match serde_json::from_value::<Task>(body) {
-                    Ok(task) => c.tasks.push(task),
-                    Err(_) => self.lose(&c.token, "the queued task could not be read".into()),
+            Ok(all) => {
+                // Fewer rows than asked for: the queue has no more now.
+                let more = all.len() as u32 >= c.asked;
+                for got in all {
+                    self.take_claimed(&mut c, got);
                 }
-                self.apply_own_dispatch(
-                    &got.execution_id,
-                    &got.unit,
-                    &got.task,
-                    &got.owner,
-                    got.entry,
-                    &c,
-                );
-                if (c.tasks.len() as u32) < c.max {
+                if more && (c.tasks.len() as u32) < c.max {
                     return self.next_claim(c);
                 }
                 self.claims_done(c);
             }
-            Ok(None) => self.claims_done(c),
             Err(e) => {
                 if let crate::store::StorageError::Ambiguous(_) = &e {
                     // The claim may have landed: a task handed to this
@@ -1000,17 +1000,61 @@ impl Engine {
         }
     }
 
+    /// One row a claim took: the task joins the poll's answer.
+    fn take_claimed(&mut self, c: &mut Claiming, got: Claimed) {
+        let worker_id = self
+            .work
+            .sessions
+            .get(&c.session)
+            .map(|s| s.worker_id.clone())
+            .unwrap_or_default();
+        let Claimed {
+            execution_id,
+            unit,
+            task,
+            token,
+            mut body,
+            entry,
+            owner,
+            ..
+        } = got;
+        body["token"] = json!(token);
+        self.shared.handed.insert(
+            token.clone(),
+            Handed {
+                execution_id: execution_id.clone(),
+                session: c.session.clone(),
+                worker_id: worker_id.clone(),
+                at: self.now,
+                confirmed: false,
+                lost: None,
+                sending: false,
+            },
+        );
+        match serde_json::from_value::<Task>(body) {
+            Ok(task) => c.tasks.push(task),
+            Err(_) => self.lose(&token, "the queued task could not be read".into()),
+        }
+        let dispatch = Dispatch {
+            unit,
+            task,
+            token,
+            session: c.session.clone(),
+            node_id: owner.node_id.clone(),
+            worker_id,
+        };
+        self.apply_own_dispatch(&execution_id, &owner, entry, &dispatch);
+    }
+
     /// A claim whose `dispatch` entry went to this very node, at the epoch
     /// it owns the execution at: the entry is applied now instead of at
     /// the next read of the inbox (the read that finds it later skips it).
     fn apply_own_dispatch(
         &mut self,
         exec_id: &str,
-        unit: &str,
-        task: &str,
         owner: &crate::store::Fence,
         entry: i64,
-        c: &Claiming,
+        dispatch: &Dispatch,
     ) {
         let me = self.config.node_id.as_deref();
         let ours = me == Some(owner.node_id.as_str())
@@ -1021,20 +1065,7 @@ impl Engine {
         if !ours {
             return;
         }
-        let dispatch = Dispatch {
-            unit: unit.to_string(),
-            task: task.to_string(),
-            token: c.token.clone(),
-            session: c.session.clone(),
-            node_id: owner.node_id.clone(),
-            worker_id: self
-                .work
-                .sessions
-                .get(&c.session)
-                .map(|s| s.worker_id.clone())
-                .unwrap_or_default(),
-        };
-        let body = serde_json::to_value(&dispatch).unwrap_or(Value::Null);
+        let body = serde_json::to_value(dispatch).unwrap_or(Value::Null);
         self.inbox(vec![Entry {
             id: entry,
             execution_id: exec_id.to_string(),
@@ -1103,7 +1134,7 @@ impl Engine {
                 session,
                 max,
                 wait_ms: 0,
-                token: String::new(),
+                asked: 0,
                 tasks: Vec::new(),
                 parked: true,
             });

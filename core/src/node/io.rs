@@ -124,7 +124,7 @@ pub enum NodeInput {
         /// Echo of the claim's id.
         claim: ClaimId,
         /// The task claimed, if any.
-        result: Result<Option<Claimed>, StorageError>,
+        result: Result<Vec<Claimed>, StorageError>,
     },
     /// Shared mode: an [`Io::TouchSessions`] came back.
     Touched {

@@ -348,8 +348,23 @@ impl SimStore {
     }
 
     /// [`shared::Store::claim`], applied now.
-    pub fn claim_now(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError> {
+    pub fn claim_now(&self, poll: &Poll) -> Result<Vec<Claimed>, StorageError> {
         refuse_empty(&poll.node_id)?;
+        let mut claimed = Vec::new();
+        for token in &poll.tokens {
+            match self.claim_one(poll, token)? {
+                Some(c) => claimed.push(c),
+                None => break,
+            }
+            if self.bug == StoreBug::ClaimNotApplied {
+                break; // nothing was written: the same row would come again
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// One row of [`Self::claim_now`], handed out with `token`.
+    fn claim_one(&self, poll: &Poll, token: &str) -> Result<Option<Claimed>, StorageError> {
         let mut s = self.lock();
         let oldest = s
             .queue
@@ -386,7 +401,7 @@ impl SimStore {
         let dispatch = Dispatch {
             unit: unit.clone(),
             task: task.clone(),
-            token: poll.token.clone(),
+            token: token.to_owned(),
             session: poll.session.clone(),
             node_id: poll.node_id.clone(),
             worker_id: poll.worker_id.clone(),
@@ -399,6 +414,7 @@ impl SimStore {
                 execution_id,
                 unit,
                 task,
+                token: token.to_owned(),
                 body,
                 enqueued_at,
                 entry: s.shared.last_id + 1,
@@ -411,6 +427,7 @@ impl SimStore {
             execution_id,
             unit,
             task,
+            token: token.to_owned(),
             body,
             enqueued_at,
             entry,
@@ -516,7 +533,7 @@ impl shared::Store for SimStore {
         Ok(self.inbox_now(node_id, after_id, limit))
     }
 
-    async fn claim(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError> {
+    async fn claim(&self, poll: &Poll) -> Result<Vec<Claimed>, StorageError> {
         self.claim_now(poll)
     }
 
@@ -683,7 +700,7 @@ impl shared::Store for Faulty {
         self.read(|s| s.inbox_now(node_id, after_id, limit))
     }
 
-    async fn claim(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError> {
+    async fn claim(&self, poll: &Poll) -> Result<Vec<Claimed>, StorageError> {
         self.write(|s| s.claim_now(poll))
     }
 

@@ -158,6 +158,7 @@ pub async fn run<S: Storage + Store>(store: &S) -> Result<(), Violation> {
     a_send_to_a_finished_or_unknown_execution_stores_nothing(store).await?;
     a_claim_moves_the_row_into_the_owners_inbox(store).await?;
     two_concurrent_claims_never_get_the_same_row(store).await?;
+    a_claim_takes_one_row_per_token(store).await?;
     session_contacts_are_read_back(store).await?;
     an_empty_node_id_is_refused(store).await?;
     Ok(())
@@ -1141,12 +1142,13 @@ pub async fn a_claim_moves_the_row_into_the_owners_inbox<S: Storage + Store>(
     let poll = Poll {
         node_id: poller.clone(),
         session: "s1".into(),
-        token: "t1".into(),
+        tokens: vec!["t1".into()],
         worker_id: "w1".into(),
         tasks: vec![task.clone(), unique("task")],
     };
     let claimed = store.claim(&poll).await.map_err(io(C))?;
-    let Some(claimed) = claimed else {
+    ensure!(C, claimed.len() <= 1, "one token, {} rows", claimed.len());
+    let Some(claimed) = claimed.into_iter().next() else {
         return Err(fail(C, "nothing claimed"));
     };
     ensure!(
@@ -1154,6 +1156,7 @@ pub async fn a_claim_moves_the_row_into_the_owners_inbox<S: Storage + Store>(
         claimed.execution_id == x
             && claimed.unit == "u1"
             && claimed.task == task
+            && claimed.token == "t1"
             && claimed.enqueued_at == 10
             && claimed.body == json!({"unit": "u1"})
             && claimed.owner == fence(&owner, 2),
@@ -1191,11 +1194,64 @@ pub async fn a_claim_moves_the_row_into_the_owners_inbox<S: Storage + Store>(
     let next = store.claim(&poll).await.map_err(io(C))?;
     ensure!(
         C,
-        next.as_ref().map(|c| c.unit.as_str()) == Some("u2"),
+        next.first().map(|c| c.unit.as_str()) == Some("u2") && next.len() == 1,
         "second claim {next:?}"
     );
     let none = store.claim(&poll).await.map_err(io(C))?;
-    ensure!(C, none.is_none(), "third claim {none:?}");
+    ensure!(C, none.is_empty(), "third claim {none:?}");
+    Ok(())
+}
+
+/// A poll with several tokens claims that many rows in one go, oldest
+/// first, each handed out with its own token and its own `dispatch`
+/// entry; fewer when fewer are queued.
+pub async fn a_claim_takes_one_row_per_token<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "a_claim_takes_one_row_per_token";
+    let (owner, poller) = (unique("owner"), unique("poller"));
+    let task = unique("task");
+    let x = unique("x");
+    create(store, C, &x, &owner, 1).await?;
+    store
+        .commit(&Transaction {
+            queue: vec![
+                enqueue(&x, "u3", &task, 30),
+                enqueue(&x, "u1", &task, 10),
+                enqueue(&x, "u2", &task, 20),
+            ],
+            ..Transaction::default()
+        })
+        .await
+        .map_err(io(C))?;
+    let poll = |tokens: &[&str]| Poll {
+        node_id: poller.clone(),
+        session: "s".into(),
+        tokens: tokens.iter().map(|t| (*t).to_owned()).collect(),
+        worker_id: "w".into(),
+        tasks: vec![task.clone()],
+    };
+    let two = store.claim(&poll(&["a", "b"])).await.map_err(io(C))?;
+    let got: Vec<(&str, &str)> = two
+        .iter()
+        .map(|c| (c.unit.as_str(), c.token.as_str()))
+        .collect();
+    ensure!(C, got == [("u1", "a"), ("u2", "b")], "claimed {two:?}");
+    let rest = store.claim(&poll(&["c", "d", "e"])).await.map_err(io(C))?;
+    let got: Vec<(&str, &str)> = rest
+        .iter()
+        .map(|c| (c.unit.as_str(), c.token.as_str()))
+        .collect();
+    ensure!(C, got == [("u3", "c")], "claimed {rest:?}");
+    let inbox = store.inbox(&owner, 0, 100).await.map_err(io(C))?;
+    let tokens: Vec<String> = inbox
+        .iter()
+        .filter_map(|e| serde_json::from_value::<Dispatch>(e.body.clone()).ok())
+        .map(|d| d.token)
+        .collect();
+    ensure!(C, tokens == ["a", "b", "c"], "dispatch entries {inbox:?}");
+    let none = store.claim(&poll(&["f"])).await.map_err(io(C))?;
+    ensure!(C, none.is_empty(), "claimed {none:?} from an empty queue");
     Ok(())
 }
 
@@ -1219,7 +1275,7 @@ pub async fn two_concurrent_claims_never_get_the_same_row<S: Storage + Store>(
     let poll = |n: &str| Poll {
         node_id: unique(n),
         session: n.to_owned(),
-        token: n.to_owned(),
+        tokens: vec![n.to_owned()],
         worker_id: n.to_owned(),
         tasks: vec![task.clone()],
     };
@@ -1228,12 +1284,12 @@ pub async fn two_concurrent_claims_never_get_the_same_row<S: Storage + Store>(
     let (ra, rb) = (ra.map_err(io(C))?, rb.map_err(io(C))?);
     ensure!(
         C,
-        ra.is_some() != rb.is_some(),
+        ra.is_empty() != rb.is_empty(),
         "claims gave {ra:?} and {rb:?}"
     );
     let inbox = store.inbox(&owner, 0, 100).await.map_err(io(C))?;
     ensure!(C, inbox.len() == 1, "dispatch entries {inbox:?}");
-    let winner = if ra.is_some() { &pa } else { &pb };
+    let winner = if ra.is_empty() { &pb } else { &pa };
     let dispatch: Result<Dispatch, _> = serde_json::from_value(inbox[0].body.clone());
     ensure!(
         C,
@@ -1303,7 +1359,7 @@ pub async fn an_empty_node_id_is_refused<S: Storage + Store>(store: &S) -> Resul
         .claim(&Poll {
             node_id: String::new(),
             session: "s".into(),
-            token: "t".into(),
+            tokens: vec!["t".into()],
             worker_id: "w".into(),
             tasks: vec!["t".into()],
         })

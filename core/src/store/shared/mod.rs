@@ -197,8 +197,10 @@ pub struct Poll {
     pub node_id: String,
     /// The worker session polling.
     pub session: String,
-    /// The delivery token the task is handed out with.
-    pub token: String,
+    /// One delivery token per task the poll may take: at most this many
+    /// rows are claimed, in one transaction, the first with the first
+    /// token and so on.
+    pub tokens: Vec<String>,
     /// The worker polling (its `worker_id`), written into the [`Dispatch`].
     pub worker_id: String,
     /// The tasks the worker takes.
@@ -214,6 +216,8 @@ pub struct Claimed {
     pub unit: String,
     /// The task name.
     pub task: String,
+    /// The delivery token it is handed out with (one of [`Poll::tokens`]).
+    pub token: String,
     /// The task as delivered.
     pub body: serde_json::Value,
     /// When the owner queued it.
@@ -377,10 +381,12 @@ pub trait Store: Send + Sync {
     /// ([`Dispatch`]) to the execution's owner, in one transaction.
     /// Concurrent polls never get the same row (PostgreSQL: `FOR UPDATE
     /// SKIP LOCKED`), and a claim never waits for an owner's commit.
-    /// `None` when nothing matches — or, on PostgreSQL, when each of the
-    /// oldest rows of every task (64 of each) is being claimed, or its
-    /// execution committed, at that instant: the poll asks again.
-    async fn claim(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError>;
+    /// Up to one row per token of [`Poll::tokens`] is claimed, oldest
+    /// first, all in that one transaction. Empty when nothing matches —
+    /// or, on PostgreSQL, when each of the oldest rows of every task (64
+    /// of each) is being claimed, or its execution committed, at that
+    /// instant: the poll asks again.
+    async fn claim(&self, poll: &Poll) -> Result<Vec<Claimed>, StorageError>;
 
     /// Records the contact of every session in `sessions` as polling
     /// `node_id`, at the database's now.

@@ -353,15 +353,12 @@ impl PostgresStore {
         Ok(Sent::Queued { id, owner })
     }
 
-    async fn claim_in(
-        conn: &mut PgConnection,
-        poll: &Poll,
-    ) -> Result<Option<Claimed>, StorageError> {
+    async fn claim_in(conn: &mut PgConnection, poll: &Poll) -> Result<Vec<Claimed>, StorageError> {
         // The oldest rows of each task, walked in claim order along
         // task_queue_claim (a sort of every matching row instead costs
         // milliseconds once thousands are queued), then the oldest of
-        // those that is free.
-        let row = sqlx::query(&format!(
+        // those that are free, one per token.
+        let rows = sqlx::query(&format!(
             "WITH candidates AS ( \
                SELECT c.execution_id, c.unit FROM UNNEST($1::text[]) AS t (task) \
                CROSS JOIN LATERAL ( \
@@ -373,17 +370,30 @@ impl PostgresStore {
              JOIN candidates c ON c.execution_id = q.execution_id AND c.unit = q.unit \
              JOIN executions x ON x.id = q.execution_id \
              WHERE x.{ACTIVE} \
-             ORDER BY q.enqueued_at, q.execution_id, q.unit LIMIT 1 \
+             ORDER BY q.enqueued_at, q.execution_id, q.unit LIMIT $2 \
              FOR UPDATE OF q SKIP LOCKED FOR SHARE OF x SKIP LOCKED"
         ))
         .bind(&poll.tasks)
+        .bind(poll.tokens.len() as i64)
         .persistent(false)
-        .fetch_optional(&mut *conn)
+        .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
+        let mut claimed = Vec::with_capacity(rows.len());
+        for (row, token) in rows.iter().zip(&poll.tokens) {
+            claimed.push(Self::claim_row(conn, poll, row, token).await?);
+        }
+        Ok(claimed)
+    }
+
+    /// Takes one row found by [`Self::claim_in`]: deletes it and writes
+    /// its `dispatch` entry, handed out with `token`.
+    async fn claim_row(
+        conn: &mut PgConnection,
+        poll: &Poll,
+        row: &sqlx::postgres::PgRow,
+        token: &str,
+    ) -> Result<Claimed, StorageError> {
         let text = |i: usize| -> Result<String, StorageError> {
             row.try_get::<String, _>(i).map_err(unavailable)
         };
@@ -405,7 +415,7 @@ impl PostgresStore {
         let dispatch = Dispatch {
             unit: unit.clone(),
             task: task.clone(),
-            token: poll.token.clone(),
+            token: token.to_owned(),
             session: poll.session.clone(),
             node_id: poll.node_id.clone(),
             worker_id: poll.worker_id.clone(),
@@ -420,15 +430,16 @@ impl PostgresStore {
             &dispatch,
         )
         .await?;
-        Ok(Some(Claimed {
+        Ok(Claimed {
             execution_id,
             unit,
             task,
+            token: token.to_owned(),
             body,
             enqueued_at,
             entry,
             owner,
-        }))
+        })
     }
 }
 
@@ -526,10 +537,10 @@ impl shared::Store for PostgresStore {
             .collect()
     }
 
-    async fn claim(&self, poll: &Poll) -> Result<Option<Claimed>, StorageError> {
+    async fn claim(&self, poll: &Poll) -> Result<Vec<Claimed>, StorageError> {
         refuse_empty(&poll.node_id)?;
-        if poll.tasks.is_empty() {
-            return Ok(None);
+        if poll.tasks.is_empty() || poll.tokens.is_empty() {
+            return Ok(Vec::new());
         }
         let (mut conn, doubt) = self.begin_shared().await?;
         let result = Self::claim_in(&mut conn, poll).await;
