@@ -56,7 +56,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(crate) const NODES: usize = 3;
 
 /// How long an inbox entry may wait, once everything is terminal and the
-/// nodes idle, before the run is judged quiet and the entry left over.
+/// nodes idle, before the run is judged quiet and the entry left over —
+/// counted from the end of the faults at the earliest, since an owner
+/// paused or cut off until then could not apply it (seed 0x2a48).
 const QUIET_ENTRY_MS: Millis = 5_000;
 
 /// One member of the shared cluster.
@@ -805,10 +807,10 @@ impl World {
             return false;
         }
         let now = self.store.clock().max(self.now);
-        self.store
-            .inbox_rows()
-            .iter()
-            .all(|(.., created_at)| now.saturating_sub(*created_at) >= QUIET_ENTRY_MS)
+        let faults_end = self.faults_end_at;
+        self.store.inbox_rows().iter().all(|(.., created_at)| {
+            now.saturating_sub((*created_at).max(faults_end)) >= QUIET_ENTRY_MS
+        })
     }
 
     /// The end of a run in a shared cluster: deferred acknowledgements are
