@@ -983,12 +983,7 @@ impl Engine {
                     // contact, and the owner redelivers what it held once
                     // the contact is a session timeout old. The worker
                     // registers again.
-                    let worker = self
-                        .work
-                        .sessions
-                        .get(&c.session)
-                        .map(|s| s.worker_id.clone())
-                        .unwrap_or_default();
+                    let worker = self.session_worker(&c.session);
                     self.end_session(&c.session, &stopped(&worker));
                 }
                 if c.tasks.is_empty() && !c.parked {
@@ -1002,12 +997,7 @@ impl Engine {
 
     /// One row a claim took: the task joins the poll's answer.
     fn take_claimed(&mut self, c: &mut Claiming, got: Claimed) {
-        let worker_id = self
-            .work
-            .sessions
-            .get(&c.session)
-            .map(|s| s.worker_id.clone())
-            .unwrap_or_default();
+        let worker_id = self.session_worker(&c.session);
         let Claimed {
             execution_id,
             unit,

@@ -106,6 +106,15 @@ impl Engine {
         true
     }
 
+    /// The worker id of a session (empty once the session is gone).
+    pub(super) fn session_worker(&self, session_id: &str) -> String {
+        self.work
+            .sessions
+            .get(session_id)
+            .map(|s| s.worker_id.clone())
+            .unwrap_or_default()
+    }
+
     /// True while the server still wants the delivery with `token` to run.
     pub(super) fn wanted(&self, token: &str) -> bool {
         let Some(t) = self.work.tokens.get(token) else {
@@ -382,12 +391,7 @@ impl Engine {
             let Some((poll, max, session_id)) = taker else {
                 continue;
             };
-            let worker_id = self
-                .work
-                .sessions
-                .get(&session_id)
-                .map(|s| s.worker_id.clone())
-                .unwrap_or_default();
+            let worker_id = self.session_worker(&session_id);
             let Some((task, seq)) = self.deliver(txn, &exec_id, &unit, &worker_id, &session_id)
             else {
                 continue;
