@@ -67,13 +67,6 @@ pub struct PostgresStore {
     in_doubt: Arc<Mutex<Vec<InDoubt>>>,
 }
 
-/// Whether `e` is a unique-key violation (a concurrent writer got there
-/// first: the append's expected state is stale).
-fn is_unique_violation(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .is_some_and(|db| db.is_unique_violation())
-}
-
 /// Maps an error of the COMMIT statement. A reply from the server says the
 /// transaction was rolled back; anything else (the connection dropped, a
 /// protocol error) leaves the outcome unknown.
@@ -301,11 +294,11 @@ impl PostgresStore {
         )
     }
 
-    /// Writes `tx`. With appends, the projections are written first, in
-    /// the same statement that locks and reads the rows as they were
-    /// (one round trip less than a lock, then a write); the rule is judged
-    /// on what it read, and a `Conflict` rolls the write back with the
-    /// rest. The events follow only once the rule passed.
+    /// Writes `tx`. With appends, the events and projections are written
+    /// in the statement that locks and reads the rows as they were (one
+    /// round trip where a lock, a projection write and an event write took
+    /// three); the rule is judged on what it read, and a `Conflict` rolls
+    /// the write back with the rest.
     async fn apply(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
         if let Some(w) = &tx.writer {
             // The member's contact row, locked against a takeover judging
@@ -324,9 +317,18 @@ impl PostgresStore {
             }
         }
         if !tx.appends.is_empty() {
-            let current = Self::write_projections(conn, tx).await?;
+            let (current, inserted) = Self::write_appends(conn, tx).await?;
             Self::check(conn, tx, &current).await?;
-            Self::write_events(conn, &tx.appends).await?;
+            let count: usize = tx.appends.iter().map(|a| a.events.len()).sum();
+            if inserted != count {
+                // The rule passed, yet some event was already there: a new
+                // execution created concurrently by another writer (there
+                // was no row to lock). The primary key caught it.
+                return Err(StorageError::Conflict {
+                    fenced: Vec::new(),
+                    stale: tx.appends.iter().map(|a| a.execution_id.clone()).collect(),
+                });
+            }
         } else if !tx.inbox_consumed.is_empty() {
             let current = Self::lock_rows(conn, tx).await?;
             Self::check(conn, tx, &current).await?;
@@ -357,60 +359,18 @@ impl PostgresStore {
         Ok(())
     }
 
-    async fn write_events(
-        conn: &mut sqlx::PgConnection,
-        appends: &[Append],
-    ) -> Result<(), StorageError> {
-        let count: usize = appends.iter().map(|a| a.events.len()).sum();
-        if count == 0 {
-            return Ok(());
-        }
-        let mut ids = Vec::with_capacity(count);
-        let mut seqs = Vec::with_capacity(count);
-        let mut ats = Vec::with_capacity(count);
-        let mut types = Vec::with_capacity(count);
-        let mut bodies = Vec::with_capacity(count);
-        for append in appends {
-            for event in append.events.iter() {
-                ids.push(append.execution_id.as_str());
-                seqs.push(to_i64(event.seq));
-                ats.push(to_i64(event.at));
-                let body = encode(event)?;
-                types.push(type_of(&body));
-                bodies.push(body);
-            }
-        }
-        let result = sqlx::query(
-            "INSERT INTO events (execution_id, seq, at, type, body) \
-             SELECT * FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[])",
-        )
-        .bind(&ids)
-        .bind(&seqs)
-        .bind(&ats)
-        .bind(&types)
-        .bind(&bodies)
-        .execute(&mut *conn)
-        .await;
-        match result {
-            Ok(_) => Ok(()),
-            // A new execution created concurrently by another writer: the
-            // rows did not exist to lock, the primary key caught it.
-            Err(e) if is_unique_violation(&e) => Err(StorageError::Conflict {
-                fenced: Vec::new(),
-                stale: appends.iter().map(|a| a.execution_id.clone()).collect(),
-            }),
-            Err(e) => Err(unavailable(e)),
-        }
-    }
-
-    /// The projection upserts of all the appends, in one statement that
-    /// also locks the rows of every execution `tx` names and returns them
-    /// as they were before it (all parts of a statement see one snapshot);
-    /// for an execution appended twice the last append's projection wins.
-    async fn write_projections(
+    /// The events and projection upserts of all the appends, in one
+    /// statement that also locks the rows of every execution `tx` names and
+    /// returns them as they were before it (all parts of a statement see
+    /// one snapshot), with the number of events it inserted: one round
+    /// trip for the whole write. An event already stored is skipped, not
+    /// an error, so the caller judges the rule on the rows first and a
+    /// shortfall after; either way the transaction is rolled back. For an
+    /// execution appended twice the last append's projection wins.
+    async fn write_appends(
         conn: &mut sqlx::PgConnection,
         tx: &Transaction,
-    ) -> Result<Rows, StorageError> {
+    ) -> Result<(Rows, usize), StorageError> {
         let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
         for append in &tx.appends {
             last.insert(append.execution_id.as_str(), append);
@@ -450,6 +410,22 @@ impl PostgresStore {
             owner_nodes.push(node);
             owner_epochs.push(to_i64(epoch));
         }
+        let count: usize = tx.appends.iter().map(|a| a.events.len()).sum();
+        let mut event_ids = Vec::with_capacity(count);
+        let mut seqs = Vec::with_capacity(count);
+        let mut ats = Vec::with_capacity(count);
+        let mut types = Vec::with_capacity(count);
+        let mut bodies = Vec::with_capacity(count);
+        for append in &tx.appends {
+            for event in append.events.iter() {
+                event_ids.push(append.execution_id.as_str());
+                seqs.push(to_i64(event.seq));
+                ats.push(to_i64(event.at));
+                let body = encode(event)?;
+                types.push(type_of(&body));
+                bodies.push(body);
+            }
+        }
         // What an execution is (workflow, version, parent, input, creation)
         // never changes: only what it has become is set. While the status
         // stays the same no indexed column changes, so the update is HOT.
@@ -468,8 +444,12 @@ impl PostgresStore {
              ON CONFLICT (id) DO UPDATE SET status = excluded.status, output = excluded.output, \
              error = excluded.error, updated_at = excluded.updated_at, \
              finished_at = excluded.finished_at, last_seq = excluded.last_seq, \
-             owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch) \
-             SELECT id, last_seq, owner_node, owner_epoch FROM before",
+             owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch), \
+             appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
+             SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
+             ON CONFLICT DO NOTHING RETURNING 1) \
+             SELECT id, last_seq, owner_node, owner_epoch FROM before \
+             UNION ALL SELECT NULL, count(*), NULL, NULL FROM appended",
         )
         .persistent(false)
         .bind(&ids)
@@ -488,10 +468,38 @@ impl PostgresStore {
         .bind(&owner_nodes)
         .bind(&owner_epochs)
         .bind(Self::checked_ids(tx))
+        .bind(&event_ids)
+        .bind(&seqs)
+        .bind(&ats)
+        .bind(&types)
+        .bind(&bodies)
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
-        stored_rows(&rows)
+        // The row without an id counts the events inserted; the others are
+        // the rows as they were.
+        let mut before = Vec::with_capacity(rows.len());
+        let mut inserted = None;
+        for row in rows {
+            if row
+                .try_get::<Option<&str>, _>(0)
+                .map_err(unavailable)?
+                .is_some()
+            {
+                before.push(row);
+            } else {
+                inserted = Some(row.try_get::<i64, _>(1).map_err(unavailable)?);
+            }
+        }
+        let Some(inserted) = inserted else {
+            return Err(StorageError::Unavailable(
+                "commit: no count of events".into(),
+            ));
+        };
+        Ok((
+            stored_rows(&before)?,
+            usize::try_from(inserted).unwrap_or(0),
+        ))
     }
 
     async fn write_definitions(
