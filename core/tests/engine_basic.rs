@@ -227,7 +227,7 @@ fn failure_compensates_newest_success_first() {
         (t.step_id.as_str(), t.idempotency_key.as_str()),
         ("compensate:charge", "refund-tx-91")
     );
-    assert_eq!(t.input, json!({"transaction_id": "tx-91"}));
+    assert_eq!(*t.input, json!({"transaction_id": "tx-91"}));
     assert!(w.poll(&inv, 1).is_empty(), "one compensation at a time");
     w.succeed(&t.token, json!({}));
     let t = w.take(&inv);

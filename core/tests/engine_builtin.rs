@@ -71,7 +71,7 @@ fn workers_never_receive_builtin_units_and_the_builtin_session_does() {
     // The next step is a worker's, never the built-in session's.
     assert!(w.poll(&b, 5).is_empty());
     let next = w.take(&everything);
-    assert_eq!(next.input, json!({"n": 201}));
+    assert_eq!(*next.input, json!({"n": 201}));
 }
 
 #[test]

@@ -52,7 +52,7 @@ fn child_completes_and_its_output_is_the_steps() {
     w.start("Parent", "p", json!({"order_id": "o-1"}));
     let s = w.register("ship-1", &["shipping.*"]);
     let t = w.take(&s);
-    assert_eq!(t.execution_id, "p.ship");
+    assert_eq!(&*t.execution_id, "p.ship");
     assert_eq!(t.idempotency_key, "p.ship/label");
     w.at(10);
     w.succeed(&t.token, json!({"tracking": "TR-1"}));
@@ -118,7 +118,7 @@ fn cancelling_the_parent_cancels_running_children() {
     w.start("Fleet", "f", json!({"orders": ["a", "b"]}));
     let s = w.register("ship-1", &["shipping.*"]);
     let t = w.take(&s);
-    assert_eq!(t.execution_id, "f.ship.0");
+    assert_eq!(&*t.execution_id, "f.ship.0");
     w.at(5);
     w.call(Request::Cancel {
         execution_id: "f".into(),

@@ -208,7 +208,7 @@ fn duplicate_result_of_a_resolved_unit_is_recorded() {
         json!({"accepted": false, "reason": "duplicate result; step already resolved"})
     );
     let more = w.take(&s);
-    assert_eq!(more.input, json!({"n": 2}));
+    assert_eq!(*more.input, json!({"n": 2}));
     assert_logs(
         &w.logs("d-1"),
         "
@@ -404,7 +404,7 @@ fn oldest_matching_task_first_and_patterns() {
     assert!(w.poll(&other, 5).is_empty());
     let s = w.register("w-1", &["demo.work"]);
     let tasks = w.poll(&s, 5);
-    let ids: Vec<&str> = tasks.iter().map(|t| t.execution_id.as_str()).collect();
+    let ids: Vec<&str> = tasks.iter().map(|t| &*t.execution_id).collect();
     assert_eq!(ids, ["a", "b"]);
 }
 

@@ -286,7 +286,7 @@ fn a_finished_child_stays_until_its_parent_records_it_even_across_a_restart() {
     w.start("Parent", "p", json!({"n": 3}));
     let s = w.register("w-1", &["demo.*"]);
     let t = w.take(&s);
-    assert_eq!(t.execution_id, "p.child");
+    assert_eq!(&*t.execution_id, "p.child");
     w.at(10);
     // The child's last batch commits; the parent's, recording it, is lost
     // in a crash.

@@ -102,9 +102,9 @@ fn no_version_starts_the_highest_registered() {
     w.deploy(V1);
     w.deploy(V2);
     w.call(start("Plain", None, Some("h"), json!({"n": 1})));
-    assert_eq!(w.engine.projection("h").unwrap().version, "1.10.0");
+    assert_eq!(w.engine.projection("h").unwrap().version.as_ref(), "1.10.0");
     w.call(start("Plain", Some("1.0.0"), Some("l"), json!({"n": 1})));
-    assert_eq!(w.engine.projection("l").unwrap().version, "1.0.0");
+    assert_eq!(w.engine.projection("l").unwrap().version.as_ref(), "1.0.0");
 }
 
 #[test]
@@ -279,7 +279,7 @@ fn admission_per_workflow_cap_oldest_first() {
     let s = w.register("w", &["*"]);
     let tasks = w.poll(&s, 5);
     assert_eq!(tasks.len(), 2);
-    let c1 = tasks.iter().find(|t| t.execution_id == "c1").unwrap();
+    let c1 = tasks.iter().find(|t| &*t.execution_id == "c1").unwrap();
     w.at(10);
     w.succeed(&c1.token, json!({"v": 1}));
     assert_eq!(w.status("c2"), "running");

@@ -111,7 +111,7 @@ fn output_expression_error_fails_and_compensates() {
     w.succeed(&t.token, json!({"v": 4}));
     let undo = w.take(&s);
     assert_eq!(
-        (undo.step_id.as_str(), undo.input.clone()),
+        (undo.step_id.as_str(), (*undo.input).clone()),
         ("compensate:work", json!({"v": 4}))
     );
     w.succeed(&undo.token, json!({}));
@@ -324,7 +324,7 @@ fn a_json_task_input_is_held_to_the_contract_before_any_worker_sees_it() {
     w.start("Loose", "good", json!({"raw": 7.0}));
     let s = w.register("w", &["demo.*"]);
     let t = w.take(&s);
-    assert_eq!(t.input, json!({"n": 7}));
+    assert_eq!(*t.input, json!({"n": 7}));
     w.succeed(&t.token, json!({"v": 1}));
     assert_eq!(w.status("good"), "completed");
     assert_eq!(w.engine.projection("good").unwrap().output, Some(json!({})));

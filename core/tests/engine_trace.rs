@@ -127,7 +127,7 @@ fn a_child_inherits_its_parents_trace() {
     assert_eq!(kept(&w, "p.kid").as_deref(), Some(CALLER));
     let s = w.register("w-1", &["demo.*"]);
     let t = w.take(&s);
-    assert_eq!(t.execution_id, "p.kid");
+    assert_eq!(&*t.execution_id, "p.kid");
     assert_eq!(
         t.traceparent,
         task_traceparent(trace_id("p.kid", Some(CALLER)), "p.kid", 3)

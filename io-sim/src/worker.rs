@@ -257,7 +257,7 @@ impl World {
         // Events before effects: the dispatch is durable, with the unit's
         // key and input (invariants 2 and 6).
         self.told(Fact::Dispatched {
-            execution: task.execution_id.clone(),
+            execution: task.execution_id.to_string(),
             unit: task.step_id.clone(),
             token: task.token.clone(),
         });
@@ -448,7 +448,7 @@ impl World {
             return;
         };
         if accepted {
-            let execution = h.task.execution_id.clone();
+            let execution = h.task.execution_id.to_string();
             let unit = h.task.step_id.clone();
             let attempt = h.task.attempt;
             let token = token.to_owned();

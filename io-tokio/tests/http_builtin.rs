@@ -68,7 +68,7 @@ fn task(input: Value) -> Task {
         step_id: "call".into(),
         task_name: "orbit.http".into(),
         contract_version: "1.0.0".into(),
-        input,
+        input: input.into(),
         idempotency_key: "e/call".into(),
         attempt: 1,
         redelivery: false,

@@ -25,7 +25,7 @@ impl Engine {
                     && !self.admission.active.contains_key(id)
                 {
                     total += 1;
-                    if d.proj.workflow == workflow {
+                    if *d.proj.workflow == *workflow {
                         same += 1;
                     }
                 }
@@ -59,7 +59,7 @@ impl Engine {
                 || self
                     .executions
                     .get(id)
-                    .is_some_and(|e| e.proj.workflow == wf.name)
+                    .is_some_and(|e| *e.proj.workflow == *wf.name)
         });
         self.admission.needed |= ahead;
         ahead
@@ -74,7 +74,7 @@ impl Engine {
         let after = p.status;
         let top = p.parent.is_none();
         let key = (p.created_at, exec_id.to_string());
-        let workflow = p.workflow.clone();
+        let workflow = p.workflow.to_string();
         let parent = p.parent.clone();
         if top && after.is_active() {
             self.admission.active.insert(exec_id.to_string(), workflow);

@@ -71,13 +71,13 @@ pub struct ExecutionAppend {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Execution id.
-    pub execution_id: String,
+    pub execution_id: std::sync::Arc<str>,
     /// Workflow name.
-    pub workflow: String,
+    pub workflow: std::sync::Arc<str>,
     /// Workflow version.
-    pub version: String,
+    pub version: std::sync::Arc<str>,
     /// Pinned definition hash.
-    pub definition_hash: String,
+    pub definition_hash: std::sync::Arc<str>,
     /// Parent execution, for a child.
     pub parent: Option<String>,
     /// Current status.

@@ -4,6 +4,7 @@ use super::batch::Batch;
 use super::input::RequestId;
 use crate::history::{Event, Millis};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// One effect. A driver executes every effect returned by `handle`, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -286,12 +287,13 @@ impl<'de> Deserialize<'de> for Body {
 pub struct Task {
     /// The delivery's token.
     pub token: String,
-    /// Execution id.
-    pub execution_id: String,
+    /// Execution id (shared with the execution's projection, like the
+    /// workflow's name and version and the input).
+    pub execution_id: Arc<str>,
     /// Workflow name.
-    pub workflow: String,
+    pub workflow: Arc<str>,
     /// Workflow version.
-    pub workflow_version: String,
+    pub workflow_version: Arc<str>,
     /// The unit (`reserve[2]`, `compensate:charge`).
     pub step_id: String,
     /// Task name.
@@ -299,7 +301,7 @@ pub struct Task {
     /// The task contract's version.
     pub contract_version: String,
     /// The task's input.
-    pub input: serde_json::Value,
+    pub input: Arc<serde_json::Value>,
     /// The unit's idempotency key.
     pub idempotency_key: String,
     /// Attempt number.
@@ -326,13 +328,13 @@ impl Task {
         use serde_json::Value;
         let fields: [(&str, Value); 12] = [
             ("token", Value::String(self.token)),
-            ("execution_id", Value::String(self.execution_id)),
-            ("workflow", Value::String(self.workflow)),
-            ("workflow_version", Value::String(self.workflow_version)),
+            ("execution_id", Value::from(&*self.execution_id)),
+            ("workflow", Value::from(&*self.workflow)),
+            ("workflow_version", Value::from(&*self.workflow_version)),
             ("step_id", Value::String(self.step_id)),
             ("task_name", Value::String(self.task_name)),
             ("contract_version", Value::String(self.contract_version)),
-            ("input", self.input),
+            ("input", Arc::unwrap_or_clone(self.input)),
             ("idempotency_key", Value::String(self.idempotency_key)),
             ("attempt", Value::from(self.attempt)),
             ("redelivery", Value::Bool(self.redelivery)),
@@ -357,7 +359,7 @@ mod tests {
             step_id: "s[0]".into(),
             task_name: "x.y".into(),
             contract_version: "2.0.0".into(),
-            input: json!({"n": n, "list": [1, null, "x"]}),
+            input: json!({"n": n, "list": [1, null, "x"]}).into(),
             idempotency_key: "e/s[0]".into(),
             attempt: n,
             redelivery: n.is_multiple_of(2),
@@ -378,7 +380,7 @@ mod tests {
             step_id: "s".into(),
             task_name: "x.y".into(),
             contract_version: "2.0.0".into(),
-            input: json!({"n": 1}),
+            input: json!({"n": 1}).into(),
             idempotency_key: "e/s".into(),
             attempt: 1,
             redelivery: false,

@@ -198,7 +198,9 @@ impl Engine {
                 let p = crate::history::Projection::fold(&id, &stored.events);
                 if !p.status.is_terminal() {
                     // Running, and not this node's: never held here.
-                    known.foreign.insert(id, (p.workflow, p.version));
+                    known
+                        .foreign
+                        .insert(id, (p.workflow.to_string(), p.version.to_string()));
                     continue;
                 }
             }

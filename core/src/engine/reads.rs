@@ -114,8 +114,8 @@ impl Engine {
             .map(|e| &e.proj)
             .filter(|p| p.last_seq > 0)
             .filter(|p| filter.status.is_none_or(|s| p.status == s))
-            .filter(|p| filter.workflow.as_ref().is_none_or(|w| p.workflow == *w))
-            .filter(|p| filter.version.as_ref().is_none_or(|v| p.version == *v))
+            .filter(|p| filter.workflow.as_ref().is_none_or(|w| *p.workflow == **w))
+            .filter(|p| filter.version.as_ref().is_none_or(|v| *p.version == **v))
             .filter(|p| {
                 filter
                     .id_prefix
@@ -125,7 +125,7 @@ impl Engine {
             .filter(|p| {
                 cursor
                     .as_ref()
-                    .is_none_or(|(t, i)| (p.created_at, &p.execution_id) < (*t, i))
+                    .is_none_or(|(t, i)| (p.created_at, &*p.execution_id) < (*t, i.as_str()))
             })
             .collect();
         rows.sort_by(|a, b| (b.created_at, &b.execution_id).cmp(&(a.created_at, &a.execution_id)));

@@ -1152,7 +1152,7 @@ impl Engine {
                 continue;
             }
             let hash = Projection::fold(&id, &stored.events).definition_hash;
-            if !self.registry.by_hash.contains_key(&hash) {
+            if !self.registry.by_hash.contains_key(&*hash) {
                 // Deployed through another node: read the definitions, then
                 // adopt it.
                 self.ask_definitions();

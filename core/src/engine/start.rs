@@ -108,10 +108,10 @@ impl Engine {
                 .executions
                 .get(exec_id)
                 .filter(|e| e.proj.last_seq > 0)
-                .map(|e| (&e.proj.workflow, &e.proj.version));
+                .map(|e| (&*e.proj.workflow, &*e.proj.version));
             if let Some((workflow, version)) = held.or_else(|| {
                 let (w, v) = self.loads.known.foreign.get(exec_id)?;
-                Some((w, v))
+                Some((w.as_str(), v.as_str()))
             }) {
                 let same = *workflow == start.workflow
                     && start.version.as_ref().is_none_or(|v| v == version);

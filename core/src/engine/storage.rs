@@ -612,7 +612,7 @@ impl Engine {
             return false;
         }
         let proj = Projection::fold(&id, &stored.events);
-        let Some(def) = self.registry.by_hash.get(&proj.definition_hash).cloned() else {
+        let Some(def) = self.registry.by_hash.get(&*proj.definition_hash).cloned() else {
             return false;
         };
         let before = self.executions.get(&id).map(|e| e.proj.status);

@@ -469,13 +469,13 @@ pub(super) fn task_of(p: &Projection, exec_id: &str, unit: &str, token: String) 
     }
     Some(Task {
         token,
-        execution_id: exec_id.to_string(),
+        execution_id: p.execution_id.clone(),
         workflow: p.workflow.clone(),
         workflow_version: p.version.clone(),
         step_id: unit.to_string(),
         task_name: u.task.clone(),
         contract_version: u.contract_version.clone(),
-        input: (*u.input).clone(),
+        input: u.input.clone(),
         idempotency_key: u.idempotency_key.clone(),
         attempt: u.attempt,
         redelivery: u.redelivery,

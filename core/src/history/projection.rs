@@ -74,13 +74,14 @@ pub struct StepState {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Projection {
     /// Execution id.
-    pub execution_id: String,
-    /// Workflow name.
-    pub workflow: String,
+    pub execution_id: Arc<str>,
+    /// Workflow name (shared, like the other names that never change: a
+    /// draft and every stored summary copy them).
+    pub workflow: Arc<str>,
     /// Workflow version.
-    pub version: String,
+    pub version: Arc<str>,
     /// Pinned definition hash.
-    pub definition_hash: String,
+    pub definition_hash: Arc<str>,
     /// The input (shared: cloning a projection must not copy it).
     pub input: Arc<serde_json::Value>,
     /// Parent execution id.
@@ -192,7 +193,7 @@ impl Projection {
     /// An empty projection for `execution_id`.
     pub fn new(execution_id: &str) -> Projection {
         Projection {
-            execution_id: execution_id.to_string(),
+            execution_id: execution_id.into(),
             ..Projection::default()
         }
     }
@@ -332,9 +333,9 @@ impl Projection {
                 parent,
                 traceparent,
             } => {
-                self.workflow = workflow.clone();
-                self.version = version.clone();
-                self.definition_hash = definition_hash.clone();
+                self.workflow = workflow.as_str().into();
+                self.version = version.as_str().into();
+                self.definition_hash = definition_hash.as_str().into();
                 self.input = Arc::new(input.clone());
                 self.parent = parent.clone();
                 self.traceparent = traceparent.clone();

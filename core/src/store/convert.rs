@@ -67,10 +67,10 @@ pub fn group_transaction(batches: &[Batch], node: &str) -> Transaction {
 /// The projection row of a summary.
 pub fn row(s: &Summary) -> ExecutionRow {
     ExecutionRow {
-        id: s.execution_id.clone(),
-        workflow: s.workflow.clone(),
-        version: s.version.clone(),
-        definition_hash: s.definition_hash.clone(),
+        id: s.execution_id.to_string(),
+        workflow: s.workflow.to_string(),
+        version: s.version.to_string(),
+        definition_hash: s.definition_hash.to_string(),
         status: s.status.as_str().to_owned(),
         parent: s.parent.clone(),
         input: (*s.input).clone(),
