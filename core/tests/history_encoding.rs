@@ -54,7 +54,7 @@ fn every_kind() -> Vec<EventKind> {
         EventKind::StepSucceeded {
             step: "work".into(),
             attempt: 1,
-            output: json!({"v": 1}),
+            output: json!({"v": 1}).into(),
         },
         EventKind::StepAttemptFailed {
             step: "work".into(),

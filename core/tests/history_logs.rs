@@ -81,7 +81,7 @@ fn seed_003_listing_verbatim() {
             EventKind::StepSucceeded {
                 step: "work".into(),
                 attempt: 1,
-                output: json!({}),
+                output: json!({}).into(),
             },
         ),
         ev(

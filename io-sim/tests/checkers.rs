@@ -41,7 +41,7 @@ fn succeeded(step: &str, attempt: u32) -> EventKind {
     EventKind::StepSucceeded {
         step: step.into(),
         attempt,
-        output: json!({"n": 1}),
+        output: json!({"n": 1}).into(),
     }
 }
 

@@ -15,7 +15,7 @@ fn unit_view(u: &Unit) -> Value {
         UnitState::Retrying { .. } => ("retrying", None, None),
         UnitState::Idle => ("queued", None, None),
         UnitState::Child { .. } => ("running", None, None),
-        UnitState::Succeeded { output } => ("succeeded", Some(output.clone()), None),
+        UnitState::Succeeded { output } => ("succeeded", Some((**output).clone()), None),
         UnitState::Failed { error } => ("failed", None, Some(error.clone())),
     };
     let mut v = json!({"status": status, "attempt": u.attempt});

@@ -133,7 +133,7 @@ impl Engine {
                                 vec![EventKind::StepSucceeded {
                                     step: unit_name.clone(),
                                     attempt,
-                                    output,
+                                    output: output.into(),
                                 }],
                                 accepted(),
                             ),

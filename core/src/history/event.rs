@@ -146,8 +146,9 @@ pub enum EventKind {
         step: String,
         /// Attempt number of the token that reported it.
         attempt: u32,
-        /// The worker's output.
-        output: serde_json::Value,
+        /// The worker's output (shared with the unit's state once applied,
+        /// not copied: outputs can be large).
+        output: std::sync::Arc<serde_json::Value>,
     },
     /// An attempt failed.
     StepAttemptFailed {

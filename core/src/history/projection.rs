@@ -496,7 +496,7 @@ impl Projection {
                     step,
                     at,
                     UnitState::Succeeded {
-                        output: output.clone(),
+                        output: Arc::new(output.clone()),
                     },
                 );
             }

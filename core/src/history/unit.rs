@@ -89,8 +89,8 @@ pub enum UnitState {
     },
     /// Resolved: succeeded.
     Succeeded {
-        /// Its output.
-        output: serde_json::Value,
+        /// Its output (shared with the `StepSucceeded` event).
+        output: std::sync::Arc<serde_json::Value>,
     },
     /// Resolved: failed permanently.
     Failed {

@@ -146,7 +146,7 @@ fn finished(i: u64, at: u64, hash: &str) -> Append {
         EventKind::StepSucceeded {
             step: "work".to_owned(),
             attempt: 1,
-            output: json!({"n": n}),
+            output: json!({"n": n}).into(),
         },
         EventKind::WorkflowCompleted {
             output: json!({"n": n}),

@@ -51,7 +51,7 @@ pub fn step_outcome(step: &Step, p: &Projection) -> StepOutcome {
 
 fn units_outcome(step: &Step, st: &StepState, p: &Projection) -> StepOutcome {
     let output_of = |unit: &str| match p.units.get(unit).map(|u| &u.state) {
-        Some(UnitState::Succeeded { output }) => Some(output.clone()),
+        Some(UnitState::Succeeded { output }) => Some((**output).clone()),
         _ => None,
     };
     match (&step.for_each, &st.items) {

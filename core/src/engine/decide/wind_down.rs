@@ -129,7 +129,7 @@ fn schedule_compensation(cx: &Context, p: &Projection, unit: &str, cu: &str, d: 
     };
     let steps = step_outputs(cx.workflow, p, None);
     let mut vars = BTreeMap::new();
-    vars.insert(step.name.clone(), output.clone());
+    vars.insert(step.name.clone(), (**output).clone());
     if let (Some(fe), Some(i)) = (&step.for_each, u.name.index) {
         if let Some(item) = p
             .steps
