@@ -15,6 +15,10 @@
 //! when no other poll is waiting there (otherwise `wait_ms: 0`), so a
 //! result never queues behind a parked long poll. Results that finish
 //! while such a call is in flight go out together on the next one.
+//! Without results to report, the worker keeps up to four long polls
+//! waiting at the server, each asking for a share of its free slots, so a
+//! step its server makes due is usually handed to one of them in the
+//! commit that made it due.
 //! [`WorkerBuilder::results_on_poll`]`(false)` uses the separate result
 //! call instead, and so does a worker shutting down (it wants no new tasks).
 
@@ -45,6 +49,12 @@ const CARRY_BYTES_MAX: usize = 512 * 1024;
 /// Longest wait at the server of a poll that carries results, so that
 /// their answers come back soon even when no task is coming.
 const CARRY_WAIT_MS_MAX: u64 = 1_000;
+/// Polls that may wait at the server, in flight at once (each asks for a
+/// share of the free slots).
+const LONG_MAX: usize = 4;
+/// Polls that carry results without waiting at the server, in flight at
+/// once: a finished task's result leaves at once unless this many are out.
+const QUICK_MAX: usize = 4;
 
 /// A task handler: takes the task, returns its output or a [`TaskError`].
 pub type Handler = Arc<dyn Fn(Task) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
@@ -247,20 +257,30 @@ struct Ready {
     size: usize,
 }
 
-/// The polls in flight: at most one that may wait at the server (`long`)
-/// and one that does not (`quick`).
+/// The polls in flight: up to [`LONG_MAX`] that may wait at the server
+/// (`long`) and [`QUICK_MAX`] that do not (`quick`).
 #[derive(Default)]
 struct Flow {
-    long: bool,
-    quick: bool,
+    long: usize,
+    quick: usize,
     /// Tasks the polls in flight asked for.
     reserved: usize,
     /// Consecutive failed polls, for the backoff.
     failures: u32,
-    /// The results-free long poll in flight, aborted at shutdown.
-    long_abort: Option<AbortHandle>,
+    /// The results-free long polls in flight, by call number, aborted at
+    /// shutdown.
+    long_aborts: BTreeMap<u64, AbortHandle>,
+    /// The next call number.
+    calls: u64,
     /// A refusal that ends [`Worker::run`].
     fatal: Option<Error>,
+}
+
+impl Flow {
+    fn next_call(&mut self) -> u64 {
+        self.calls += 1;
+        self.calls
+    }
 }
 
 /// A task the worker holds.
@@ -648,7 +668,7 @@ impl Inner {
         let mut flow = self.flow();
         let free = self.max_tasks.saturating_sub(running + flow.reserved);
         let mut outbox = self.outbox();
-        if !outbox.is_empty() && !flow.quick {
+        if !outbox.is_empty() && flow.quick < QUICK_MAX {
             if free == 0 || !self.results_on_poll.load(Ordering::SeqCst) {
                 // No slot to ask for (or no polls to ride on): report these
                 // with the result call.
@@ -671,11 +691,12 @@ impl Inner {
                 }
             }
             drop(outbox);
-            let long = !flow.long;
+            // It may wait only when no other poll is waiting at the server.
+            let long = flow.long == 0;
             if long {
-                flow.long = true;
+                flow.long += 1;
             } else {
-                flow.quick = true;
+                flow.quick += 1;
             }
             flow.reserved += free;
             let wait = if long {
@@ -683,34 +704,43 @@ impl Inner {
             } else {
                 0
             };
+            let long = long.then_some(flow.next_call());
             tokio::spawn(Arc::clone(self).exchange(session.to_owned(), carried, free, wait, long));
             return true;
         }
-        if outbox.is_empty() && !flow.long && free > 0 {
-            flow.long = true;
-            flow.reserved += free;
+        if outbox.is_empty() && flow.long < LONG_MAX && free > 0 {
+            // The free slots are shared among the polls that may still be
+            // sent, so that several wait at the server: a task the server
+            // makes due is handed to a waiting poll in the commit that made
+            // it due, instead of waiting for the next poll and a commit of
+            // its own.
+            let ask = free.div_ceil(LONG_MAX - flow.long);
+            flow.long += 1;
+            flow.reserved += ask;
+            let number = flow.next_call();
             let call = tokio::spawn(Arc::clone(self).exchange(
                 session.to_owned(),
                 Vec::new(),
-                free,
+                ask,
                 wait_ms,
-                true,
+                Some(number),
             ));
-            flow.long_abort = Some(call.abort_handle());
+            flow.long_aborts.insert(number, call.abort_handle());
             return true;
         }
         false
     }
 
     /// One poll: carries `carried` results, asks for `ask` tasks, starts
-    /// the tasks it gets and settles the results it carried.
+    /// the tasks it gets and settles the results it carried. `long` is the
+    /// call number of a poll that may wait at the server.
     async fn exchange(
         self: Arc<Self>,
         session: String,
         carried: Vec<TaskResult>,
         ask: usize,
         wait_ms: u64,
-        long: bool,
+        long: Option<u64>,
     ) {
         let mut body = PollRequest {
             max_tasks: Some(u32::try_from(ask).unwrap_or(u32::MAX)),
@@ -798,11 +828,11 @@ impl Inner {
         {
             let mut flow = self.flow();
             flow.reserved = flow.reserved.saturating_sub(ask);
-            if long {
-                flow.long = false;
-                flow.long_abort = None;
+            if let Some(number) = long {
+                flow.long = flow.long.saturating_sub(1);
+                flow.long_aborts.remove(&number);
             } else {
-                flow.quick = false;
+                flow.quick = flow.quick.saturating_sub(1);
             }
         }
         self.send_now();
@@ -1000,7 +1030,7 @@ impl Inner {
     async fn drain(self: &Arc<Self>) {
         let deadline = tokio::time::Instant::now() + self.shutdown_grace;
         self.draining.store(true, Ordering::SeqCst);
-        if let Some(poll) = self.flow().long_abort.take() {
+        for poll in std::mem::take(&mut self.flow().long_aborts).into_values() {
             poll.abort();
         }
         loop {
