@@ -425,3 +425,35 @@ fn a_fenced_write_gives_the_execution_up() {
         "still held after fenced"
     );
 }
+
+#[test]
+fn before_its_reclaim_a_member_cannot_judge_an_unknown_token_and_says_so() {
+    // A restarted member: its own executions are not held again yet.
+    let mut w = member("a");
+    let session = w.register("w1", &["demo.*"]);
+    let result = Request::Result {
+        token: "t-9".into(),
+        outcome: Outcome::Output(json!({"v": 2})),
+        patterns: None,
+    };
+    // Perhaps a task of one of them: the worker reports it again later.
+    let r = w.call(result.clone());
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body["error"]["code"], "NOT_READY");
+    // And the heartbeat does not cancel it.
+    assert!(w.heartbeat(&session, &["t-9"]).is_empty());
+    // Once the reclaim is over, an unknown token is unknown for good.
+    w.feed(Input::Reclaimed);
+    let r = w.call(result);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body["reason"],
+        "unknown token (execution finished or token invalid)"
+    );
+    assert_eq!(w.heartbeat(&session, &["t-9"]), vec!["t-9".to_string()]);
+    // A drop opens the window again, until the next reclaim.
+    w.feed(Input::DropOwned {
+        reason: "fenced: out of touch".into(),
+    });
+    assert!(w.heartbeat(&session, &["t-8"]).is_empty());
+}

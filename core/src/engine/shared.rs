@@ -143,6 +143,10 @@ pub(super) struct Shared {
     unadopted: Vec<(StoredExecution, u64)>,
     /// Forwarded signals waiting for their seq, by watch id.
     signals: BTreeMap<u64, SignalWait>,
+    /// The reclaim after the start (or the last drop) is over
+    /// ([`Input::Reclaimed`]): every execution of this node's own is held
+    /// again, or being adopted once its definition is read.
+    reclaimed: bool,
 }
 
 /// The request an inbox entry asks for (`None`: nothing to apply).
@@ -1247,9 +1251,31 @@ impl Engine {
         }
     }
 
+    /// The reclaim after the start or the last drop is over.
+    pub(super) fn reclaimed(&mut self) {
+        self.shared.reclaimed = true;
+    }
+
+    /// Whether a token this node does not know may still turn out to be
+    /// one of its own deliveries: in shared mode, before the reclaim after
+    /// its start (or after a drop) has taken its executions back and
+    /// adopted them. A restarted single server answers nothing before its
+    /// recovery; a member answers, so a result it cannot judge yet gets a
+    /// retryable answer, never the final `accepted: false` (seed 0x246b:
+    /// the worker dropped the task, its next poll attached the delivery to
+    /// its live session, and it was never redelivered).
+    pub(super) fn may_know_later(&self, id: RequestId) -> bool {
+        self.is_shared()
+            && id & INBOX_REQUESTS == 0
+            && !self.shared.local.contains(&id)
+            && !(self.shared.reclaimed && self.shared.unadopted.is_empty())
+    }
+
     /// Drops every execution this node owns (it lost the database for
     /// `--node-timeout`: another node may own them by now).
     pub(super) fn drop_owned(&mut self, reason: &str) {
+        // Its own executions come back with the reclaim that follows.
+        self.shared.reclaimed = false;
         // Waiting for definitions to be adopted: no longer this node's to
         // adopt (the reclaim after the drop takes back what still is).
         self.shared.unadopted.clear();
