@@ -457,3 +457,53 @@ fn before_its_reclaim_a_member_cannot_judge_an_unknown_token_and_says_so() {
     });
     assert!(w.heartbeat(&session, &["t-8"]).is_empty());
 }
+
+#[test]
+fn a_listing_of_a_token_whose_result_was_refused_does_not_keep_the_delivery() {
+    let mut w = member("a");
+    w.feed(Input::Reclaimed);
+    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
+    w.advance(100);
+    let session = w.register("w1", &["demo.*"]);
+    // The worker's result arrives before this member holds the delivery
+    // (the execution was a dead member's, taken over just after): refused,
+    // and the worker drops the task.
+    assert_eq!(
+        w.succeed("t-1", json!({"v": 2}))["reason"],
+        "unknown token (execution finished or token invalid)"
+    );
+    // The delivery becomes known here: handed out by another member to a
+    // session there.
+    let dispatch = Dispatch {
+        unit: "work".into(),
+        task: "demo.work".into(),
+        token: "t-1".into(),
+        session: "s-elsewhere".into(),
+        node_id: "b".into(),
+        worker_id: "w1".into(),
+    };
+    w.feed(Input::Inbox {
+        entries: vec![entry(
+            1,
+            "x",
+            Kind::Dispatch,
+            serde_json::to_value(&dispatch).unwrap(),
+        )],
+    });
+    w.advance(100);
+    // A heartbeat sent before the refusal reached the worker still lists
+    // it: it does not vouch for the task.
+    w.heartbeat(&session, &["t-1"]);
+    // The worker's session stays alive; the session the task was handed to
+    // falls silent, and the attempt is redelivered.
+    for _ in 0..4 {
+        w.advance(10_000);
+        w.heartbeat(&session, &[]);
+    }
+    assert!(
+        w.logs("x")
+            .contains("StepAttemptUncertain step=work attempt=1"),
+        "{}",
+        w.logs("x")
+    );
+}

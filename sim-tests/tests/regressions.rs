@@ -476,13 +476,23 @@ fn finding_23_a_result_refused_before_the_reclaim_is_not_lost() {
     passes(0x246b, Scenario::ClusterShared);
 }
 
-/// Finding 24 (shared mode; NOT diagnosed): found in the last unexplored
-/// range of the session (`--seeds 5000 --from 724054209 --scenario all`,
-/// 75,000 runs, this one failure): `c0-e2` stays compensating 600 s after
-/// the faults stop, its `ship` dispatched to `w1` and a duplicate result of
-/// `reserve[2]` ignored before it.
+/// Finding 24 (engine, shared mode; fixed): finding 23 during a takeover
+/// instead of a reclaim. `c0-e2`'s owner n1 had crashed; n3 handed out
+/// its `compensate:charge` (token `545f9567…`) to `w1`, whose home
+/// member n2 came back, so `w1` registered there again. Its result
+/// reached n2 at 29768 ms, before n2 took `c0-e2` over from the dead n1
+/// (29883 ms): refused as unknown, and `w1` dropped the task. A poll `w1`
+/// had sent before the answer still listed the token and arrived after
+/// the takeover, attaching the delivery to `w1`'s live session at n2, so
+/// it was never redelivered and `c0-e2` stayed compensating (found in
+/// `--seeds 5000 --from 724054209 --scenario all`, the one failure of
+/// 75,000 runs). No member can know at that moment that the token will
+/// become its own, so the refusal stands; instead a member remembers for
+/// a session timeout the tokens it refused as unknown, and a poll or
+/// heartbeat listing one of them no longer attaches it: the delivery
+/// stays with the session it was handed to, which falls silent, and the
+/// attempt is redelivered.
 #[test]
-#[ignore = "finding 24 is not diagnosed"]
-fn finding_24_a_compensating_execution_stuck_after_its_ship_dispatch() {
+fn finding_24_a_listing_sent_before_a_refusal_does_not_keep_the_delivery() {
     passes(0x2b2836c6, Scenario::ClusterShared);
 }

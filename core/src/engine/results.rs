@@ -70,6 +70,7 @@ impl Engine {
             if self.may_know_later(id) {
                 return self.reply(id, not_judged_yet());
             }
+            self.refused_unknown(id, token);
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
         let exec_id = t.execution_id.clone();

@@ -147,6 +147,10 @@ pub(super) struct Shared {
     /// ([`Input::Reclaimed`]): every execution of this node's own is held
     /// again, or being adopted once its definition is read.
     reclaimed: bool,
+    /// Tokens whose result this node refused as unknown, with when: their
+    /// worker dropped the task, so a poll or heartbeat that still lists
+    /// one (sent before the refusal reached it) does not vouch for it.
+    refused: BTreeMap<String, Millis>,
 }
 
 /// The request an inbox entry asks for (`None`: nothing to apply).
@@ -860,6 +864,11 @@ impl Engine {
                 json!({"token": token, "lost": reason}),
             );
         }
+        // A listing sent before a refusal arrives well within a session
+        // timeout; the session has expired by then otherwise.
+        if !self.shared.refused.is_empty() {
+            self.shared.refused.retain(|_, at| *at + timeout > now);
+        }
         self.signals_tick();
         self.claim_parked();
     }
@@ -1269,6 +1278,25 @@ impl Engine {
             && id & INBOX_REQUESTS == 0
             && !self.shared.local.contains(&id)
             && !(self.shared.reclaimed && self.shared.unadopted.is_empty())
+    }
+
+    /// A result for `token` is refused as unknown (`accepted: false`, final):
+    /// its worker drops the task. A member may come to hold the delivery
+    /// afterwards — a takeover of a dead member's execution, or a reclaim
+    /// — and a listing of the token the worker sent before it heard of the
+    /// refusal must not attach it to the worker's live session, where it
+    /// would never be found lost (seed 0x2b2836c6: `c0-e2`'s
+    /// `compensate:charge`, refused at n2 just before n2 took `c0-e2` over
+    /// from the dead n1, then listed by the worker's poll).
+    pub(super) fn refused_unknown(&mut self, id: RequestId, token: &str) {
+        if self.is_shared() && id & INBOX_REQUESTS == 0 && !self.shared.local.contains(&id) {
+            self.shared.refused.insert(token.to_string(), self.now);
+        }
+    }
+
+    /// Whether a result for `token` was refused here as unknown lately.
+    pub(super) fn refused_here(&self, token: &str) -> bool {
+        !self.shared.refused.is_empty() && self.shared.refused.contains_key(token)
     }
 
     /// Drops every execution this node owns (it lost the database for

@@ -100,6 +100,11 @@ impl Engine {
         };
         s.last_seen = self.now;
         for token in held {
+            if self.refused_here(token) {
+                // Its result was refused (shared mode): the worker dropped
+                // it, whatever this listing sent earlier says.
+                continue;
+            }
             self.attach(token, session_id, true);
             self.confirm_handed(token);
         }
