@@ -507,3 +507,79 @@ fn a_listing_of_a_token_whose_result_was_refused_does_not_keep_the_delivery() {
         w.logs("x")
     );
 }
+
+#[test]
+fn a_delivery_its_live_session_stops_listing_is_redelivered() {
+    let mut w = member("a");
+    w.feed(Input::Reclaimed);
+    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
+    w.advance(100);
+    let session = w.register("w1", &["demo.*"]);
+    // Handed out by another member to a session there; this member's own
+    // session then lists it (a poll sent before the worker heard that its
+    // result was refused elsewhere) and the worker drops it.
+    let dispatch = Dispatch {
+        unit: "work".into(),
+        task: "demo.work".into(),
+        token: "t-1".into(),
+        session: "s-elsewhere".into(),
+        node_id: "b".into(),
+        worker_id: "w1".into(),
+    };
+    w.feed(Input::Inbox {
+        entries: vec![entry(
+            1,
+            "x",
+            Kind::Dispatch,
+            serde_json::to_value(&dispatch).unwrap(),
+        )],
+    });
+    w.heartbeat(&session, &["t-1"]);
+    // The session goes on calling without it: after a session timeout the
+    // attempt is uncertain, and redelivered.
+    for _ in 0..4 {
+        w.advance(10_000);
+        w.heartbeat(&session, &[]);
+    }
+    assert!(
+        w.logs("x")
+            .contains("reason=worker `w1` no longer lists the task"),
+        "{}",
+        w.logs("x")
+    );
+}
+
+#[test]
+fn a_delivery_its_session_keeps_listing_stays() {
+    let mut w = member("a");
+    w.feed(Input::Reclaimed);
+    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
+    w.advance(100);
+    let session = w.register("w1", &["demo.*"]);
+    let dispatch = Dispatch {
+        unit: "work".into(),
+        task: "demo.work".into(),
+        token: "t-1".into(),
+        session: session.clone(),
+        node_id: "a".into(),
+        worker_id: "w1".into(),
+    };
+    w.feed(Input::Inbox {
+        entries: vec![entry(
+            1,
+            "x",
+            Kind::Dispatch,
+            serde_json::to_value(&dispatch).unwrap(),
+        )],
+    });
+    // A slow task: the worker heartbeats every third of the timeout.
+    for _ in 0..9 {
+        w.advance(10_000);
+        w.heartbeat(&session, &["t-1"]);
+    }
+    assert!(
+        !w.logs("x").contains("StepAttemptUncertain"),
+        "{}",
+        w.logs("x")
+    );
+}

@@ -496,3 +496,21 @@ fn finding_23_a_result_refused_before_the_reclaim_is_not_lost() {
 fn finding_24_a_listing_sent_before_a_refusal_does_not_keep_the_delivery() {
     passes(0x2b2836c6, Scenario::ClusterShared);
 }
+
+/// Finding 25 (engine, shared mode; fixed): found while checking the fix
+/// of finding 24 (seeds 2,000–9,000), the same loss with the refusal and
+/// the listing at two members. `w2`'s home member n3 (owner of
+/// `883f0ac0…`) was down; at n1 a heartbeat put `ship`'s token
+/// `2025e449…` on its cancel list (n1 cannot judge it) and n1 refused the
+/// worker's `CANCELLED` result as unknown, so `w2` dropped the task; a
+/// poll sent before that answer reached n3, back up and owning the
+/// execution again, and attached the delivery to `w2`'s new session
+/// there, which lived on without listing it. A delivery held by a
+/// session of its owner that goes on calling without listing it for a
+/// session timeout is now made uncertain and redelivered (a worker lists
+/// what it holds in every poll and in heartbeats every third of the
+/// timeout).
+#[test]
+fn finding_25_a_delivery_its_live_session_stops_listing_is_redelivered() {
+    passes(0x11d2, Scenario::ClusterShared);
+}

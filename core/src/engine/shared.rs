@@ -65,6 +65,11 @@ fn stopped(worker: &str) -> String {
     format!("worker `{worker}` stopped responding")
 }
 
+/// The reason recorded when a live session stopped listing a task.
+fn no_longer_listed(worker: &str) -> String {
+    format!("worker `{worker}` no longer lists the task")
+}
+
 fn accepted() -> Response {
     Response::ok(200, json!({"accepted": true}))
 }
@@ -151,6 +156,9 @@ pub(super) struct Shared {
     /// worker dropped the task, so a poll or heartbeat that still lists
     /// one (sent before the refusal reached it) does not vouch for it.
     refused: BTreeMap<String, Millis>,
+    /// When a session of this node last listed each delivery it holds (or
+    /// was handed it).
+    listed: BTreeMap<String, Millis>,
 }
 
 /// The request an inbox entry asks for (`None`: nothing to apply).
@@ -754,6 +762,7 @@ impl Engine {
     /// reports it lost if the worker never lists it.
     pub(super) fn handed_to(&mut self, token: &str, session_id: &str) {
         if self.work.sessions.contains_key(session_id) {
+            self.listed(token);
             return self.attach(token, session_id, true);
         }
         let now = self.now;
@@ -869,8 +878,65 @@ impl Engine {
         if !self.shared.refused.is_empty() {
             self.shared.refused.retain(|_, at| *at + timeout > now);
         }
+        self.unlisted_tick(now, timeout);
         self.signals_tick();
         self.claim_parked();
+    }
+
+    /// A session of this node listed `token` now (or was handed it).
+    pub(super) fn listed(&mut self, token: &str) {
+        if self.is_shared() {
+            self.shared.listed.insert(token.to_string(), self.now);
+        }
+    }
+
+    /// Deliveries held by a session of this node that goes on calling but
+    /// has not listed them for a session timeout: its worker no longer has
+    /// them. A worker lists every task it holds in each poll and in a
+    /// heartbeat at least every third of the timeout, so only one that
+    /// dropped the task stays silent about it that long — after a result
+    /// refused as unknown at another member, say, while a poll sent
+    /// before that answer attached the delivery here (seed 0x11d2). The
+    /// attempt becomes uncertain and is redelivered, as if the session
+    /// had ended.
+    fn unlisted_tick(&mut self, now: Millis, timeout: Millis) {
+        let mut dropped = Vec::new();
+        for (session_id, s) in &self.work.sessions {
+            if s.builtin {
+                continue;
+            }
+            for token in &s.tokens {
+                let Some(t) = self.work.tokens.get(token) else {
+                    continue;
+                };
+                if !t.confirmed || t.session.as_deref() != Some(session_id.as_str()) {
+                    continue;
+                }
+                let at = self
+                    .shared
+                    .listed
+                    .get(token)
+                    .copied()
+                    .unwrap_or(t.dispatched_at);
+                if at + timeout <= now && !self.work.orphans.contains_key(token) {
+                    dropped.push((token.clone(), session_id.clone(), t.worker_id.clone()));
+                }
+            }
+        }
+        for (token, session_id, worker) in dropped {
+            if let Some(s) = self.work.sessions.get_mut(&session_id) {
+                s.tokens.remove(&token);
+            }
+            if let Some(t) = self.work.tokens.get_mut(&token) {
+                t.session = None;
+            }
+            self.shared.listed.remove(&token);
+            self.work.orphans.insert(token, no_longer_listed(&worker));
+        }
+        let tokens = &self.work.tokens;
+        self.shared
+            .listed
+            .retain(|token, _| tokens.contains_key(token));
     }
 
     /// Whether `token` was handed out by this member and is not known lost.

@@ -106,6 +106,7 @@ impl Engine {
                 continue;
             }
             self.attach(token, session_id, true);
+            self.listed(token);
             self.confirm_handed(token);
         }
         true
