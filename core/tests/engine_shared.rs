@@ -425,3 +425,161 @@ fn a_fenced_write_gives_the_execution_up() {
         "still held after fenced"
     );
 }
+
+#[test]
+fn before_its_reclaim_a_member_cannot_judge_an_unknown_token_and_says_so() {
+    // A restarted member: its own executions are not held again yet.
+    let mut w = member("a");
+    let session = w.register("w1", &["demo.*"]);
+    let result = Request::Result {
+        token: "t-9".into(),
+        outcome: Outcome::Output(json!({"v": 2})),
+        patterns: None,
+    };
+    // Perhaps a task of one of them: the worker reports it again later.
+    let r = w.call(result.clone());
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body["error"]["code"], "NOT_READY");
+    // And the heartbeat does not cancel it.
+    assert!(w.heartbeat(&session, &["t-9"]).is_empty());
+    // Once the reclaim is over, an unknown token is unknown for good.
+    w.feed(Input::Reclaimed);
+    let r = w.call(result);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body["reason"],
+        "unknown token (execution finished or token invalid)"
+    );
+    assert_eq!(w.heartbeat(&session, &["t-9"]), vec!["t-9".to_string()]);
+    // A drop opens the window again, until the next reclaim.
+    w.feed(Input::DropOwned {
+        reason: "fenced: out of touch".into(),
+    });
+    assert!(w.heartbeat(&session, &["t-8"]).is_empty());
+}
+
+#[test]
+fn a_listing_of_a_token_whose_result_was_refused_does_not_keep_the_delivery() {
+    let mut w = member("a");
+    w.feed(Input::Reclaimed);
+    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
+    w.advance(100);
+    let session = w.register("w1", &["demo.*"]);
+    // The worker's result arrives before this member holds the delivery
+    // (the execution was a dead member's, taken over just after): refused,
+    // and the worker drops the task.
+    assert_eq!(
+        w.succeed("t-1", json!({"v": 2}))["reason"],
+        "unknown token (execution finished or token invalid)"
+    );
+    // The delivery becomes known here: handed out by another member to a
+    // session there.
+    let dispatch = Dispatch {
+        unit: "work".into(),
+        task: "demo.work".into(),
+        token: "t-1".into(),
+        session: "s-elsewhere".into(),
+        node_id: "b".into(),
+        worker_id: "w1".into(),
+    };
+    w.feed(Input::Inbox {
+        entries: vec![entry(
+            1,
+            "x",
+            Kind::Dispatch,
+            serde_json::to_value(&dispatch).unwrap(),
+        )],
+    });
+    w.advance(100);
+    // A heartbeat sent before the refusal reached the worker still lists
+    // it: it does not vouch for the task.
+    w.heartbeat(&session, &["t-1"]);
+    // The worker's session stays alive; the session the task was handed to
+    // falls silent, and the attempt is redelivered.
+    for _ in 0..4 {
+        w.advance(10_000);
+        w.heartbeat(&session, &[]);
+    }
+    assert!(
+        w.logs("x")
+            .contains("StepAttemptUncertain step=work attempt=1"),
+        "{}",
+        w.logs("x")
+    );
+}
+
+#[test]
+fn a_delivery_its_live_session_stops_listing_is_redelivered() {
+    let mut w = member("a");
+    w.feed(Input::Reclaimed);
+    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
+    w.advance(100);
+    let session = w.register("w1", &["demo.*"]);
+    // Handed out by another member to a session there; this member's own
+    // session then lists it (a poll sent before the worker heard that its
+    // result was refused elsewhere) and the worker drops it.
+    let dispatch = Dispatch {
+        unit: "work".into(),
+        task: "demo.work".into(),
+        token: "t-1".into(),
+        session: "s-elsewhere".into(),
+        node_id: "b".into(),
+        worker_id: "w1".into(),
+    };
+    w.feed(Input::Inbox {
+        entries: vec![entry(
+            1,
+            "x",
+            Kind::Dispatch,
+            serde_json::to_value(&dispatch).unwrap(),
+        )],
+    });
+    w.heartbeat(&session, &["t-1"]);
+    // The session goes on calling without it: after a session timeout the
+    // attempt is uncertain, and redelivered.
+    for _ in 0..4 {
+        w.advance(10_000);
+        w.heartbeat(&session, &[]);
+    }
+    assert!(
+        w.logs("x")
+            .contains("reason=worker `w1` no longer lists the task"),
+        "{}",
+        w.logs("x")
+    );
+}
+
+#[test]
+fn a_delivery_its_session_keeps_listing_stays() {
+    let mut w = member("a");
+    w.feed(Input::Reclaimed);
+    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
+    w.advance(100);
+    let session = w.register("w1", &["demo.*"]);
+    let dispatch = Dispatch {
+        unit: "work".into(),
+        task: "demo.work".into(),
+        token: "t-1".into(),
+        session: session.clone(),
+        node_id: "a".into(),
+        worker_id: "w1".into(),
+    };
+    w.feed(Input::Inbox {
+        entries: vec![entry(
+            1,
+            "x",
+            Kind::Dispatch,
+            serde_json::to_value(&dispatch).unwrap(),
+        )],
+    });
+    // A slow task: the worker heartbeats every third of the timeout.
+    for _ in 0..9 {
+        w.advance(10_000);
+        w.heartbeat(&session, &["t-1"]);
+    }
+    assert!(
+        !w.logs("x").contains("StepAttemptUncertain"),
+        "{}",
+        w.logs("x")
+    );
+}

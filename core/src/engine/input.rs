@@ -138,6 +138,13 @@ pub enum Input {
         /// For the answers.
         reason: String,
     },
+    /// Shared cluster mode: the reclaim after this node's start (or after
+    /// its last [`Input::DropOwned`]) is over and what it took back is
+    /// adopted. Until then a token the engine does not know may be one of
+    /// its own executions not held again yet: a result for it is answered
+    /// `503 NOT_READY` (the worker reports it again) instead of `accepted:
+    /// false`, and a heartbeat does not cancel it.
+    Reclaimed,
 }
 
 /// The API-level idempotency scope of a creating request (seed `002_…`).

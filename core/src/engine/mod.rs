@@ -245,6 +245,7 @@ impl Engine {
             Input::Claimed { claim, result } => self.claimed(claim, result),
             Input::SessionContacts { contacts } => self.session_contacts(contacts),
             Input::DropOwned { reason } => self.drop_owned(&reason),
+            Input::Reclaimed => self.reclaimed(),
             Input::Definitions { definitions } => self.definitions_read(definitions),
             Input::SignalFound { watch, seq } => self.signal_found(watch, seq),
         }

@@ -24,6 +24,17 @@ fn accepted() -> Response {
     Response::ok(200, json!({"accepted": true}))
 }
 
+/// `503 NOT_READY` for a token a shared-mode member cannot judge before
+/// its reclaim: the worker reports the result again.
+fn not_judged_yet() -> Response {
+    Response::error(
+        503,
+        "NOT_READY",
+        "this member is taking its executions back after a restart or an outage; \
+         report the result again",
+    )
+}
+
 fn refused(reason: &str) -> Response {
     Response::ok(200, json!({"accepted": false, "reason": reason}))
 }
@@ -56,6 +67,10 @@ impl Engine {
                     return;
                 }
             }
+            if self.may_know_later(id) {
+                return self.reply(id, not_judged_yet());
+            }
+            self.refused_unknown(id, token);
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
         let exec_id = t.execution_id.clone();

@@ -65,6 +65,11 @@ fn stopped(worker: &str) -> String {
     format!("worker `{worker}` stopped responding")
 }
 
+/// The reason recorded when a live session stopped listing a task.
+fn no_longer_listed(worker: &str) -> String {
+    format!("worker `{worker}` no longer lists the task")
+}
+
 fn accepted() -> Response {
     Response::ok(200, json!({"accepted": true}))
 }
@@ -143,6 +148,17 @@ pub(super) struct Shared {
     unadopted: Vec<(StoredExecution, u64)>,
     /// Forwarded signals waiting for their seq, by watch id.
     signals: BTreeMap<u64, SignalWait>,
+    /// The reclaim after the start (or the last drop) is over
+    /// ([`Input::Reclaimed`]): every execution of this node's own is held
+    /// again, or being adopted once its definition is read.
+    reclaimed: bool,
+    /// Tokens whose result this node refused as unknown, with when: their
+    /// worker dropped the task, so a poll or heartbeat that still lists
+    /// one (sent before the refusal reached it) does not vouch for it.
+    refused: BTreeMap<String, Millis>,
+    /// When a session of this node last listed each delivery it holds (or
+    /// was handed it).
+    listed: BTreeMap<String, Millis>,
 }
 
 /// The request an inbox entry asks for (`None`: nothing to apply).
@@ -746,6 +762,7 @@ impl Engine {
     /// reports it lost if the worker never lists it.
     pub(super) fn handed_to(&mut self, token: &str, session_id: &str) {
         if self.work.sessions.contains_key(session_id) {
+            self.listed(token);
             return self.attach(token, session_id, true);
         }
         let now = self.now;
@@ -856,8 +873,70 @@ impl Engine {
                 json!({"token": token, "lost": reason}),
             );
         }
+        // A listing sent before a refusal arrives well within a session
+        // timeout; the session has expired by then otherwise.
+        if !self.shared.refused.is_empty() {
+            self.shared.refused.retain(|_, at| *at + timeout > now);
+        }
+        self.unlisted_tick(now, timeout);
         self.signals_tick();
         self.claim_parked();
+    }
+
+    /// A session of this node listed `token` now (or was handed it).
+    pub(super) fn listed(&mut self, token: &str) {
+        if self.is_shared() {
+            self.shared.listed.insert(token.to_string(), self.now);
+        }
+    }
+
+    /// Deliveries held by a session of this node that goes on calling but
+    /// has not listed them for a session timeout: its worker no longer has
+    /// them. A worker lists every task it holds in each poll and in a
+    /// heartbeat at least every third of the timeout, so only one that
+    /// dropped the task stays silent about it that long — after a result
+    /// refused as unknown at another member, say, while a poll sent
+    /// before that answer attached the delivery here (seed 0x11d2). The
+    /// attempt becomes uncertain and is redelivered, as if the session
+    /// had ended.
+    fn unlisted_tick(&mut self, now: Millis, timeout: Millis) {
+        let mut dropped = Vec::new();
+        for (session_id, s) in &self.work.sessions {
+            if s.builtin {
+                continue;
+            }
+            for token in &s.tokens {
+                let Some(t) = self.work.tokens.get(token) else {
+                    continue;
+                };
+                if !t.confirmed || t.session.as_deref() != Some(session_id.as_str()) {
+                    continue;
+                }
+                let at = self
+                    .shared
+                    .listed
+                    .get(token)
+                    .copied()
+                    .unwrap_or(t.dispatched_at);
+                if at + timeout <= now && !self.work.orphans.contains_key(token) {
+                    dropped.push((token.clone(), session_id.clone(), t.worker_id.clone()));
+                }
+            }
+        }
+        for (token, session_id, worker) in dropped {
+            if let Some(s) = self.work.sessions.get_mut(&session_id) {
+                s.tokens.remove(&token);
+            }
+            if let Some(t) = self.work.tokens.get_mut(&token) {
+                t.session = None;
+            }
+            self.shared.listed.remove(&token);
+            self.work.orphans.insert(token, no_longer_listed(&worker));
+        }
+        let tokens = &self.work.tokens;
+        self.shared
+            .listed
+            .retain(|token, _| tokens.contains_key(token));
     }
 
     /// Whether `token` was handed out by this member and is not known lost.
@@ -1247,9 +1326,50 @@ impl Engine {
         }
     }
 
+    /// The reclaim after the start or the last drop is over.
+    pub(super) fn reclaimed(&mut self) {
+        self.shared.reclaimed = true;
+    }
+
+    /// Whether a token this node does not know may still turn out to be
+    /// one of its own deliveries: in shared mode, before the reclaim after
+    /// its start (or after a drop) has taken its executions back and
+    /// adopted them. A restarted single server answers nothing before its
+    /// recovery; a member answers, so a result it cannot judge yet gets a
+    /// retryable answer, never the final `accepted: false` (seed 0x246b:
+    /// the worker dropped the task, its next poll attached the delivery to
+    /// its live session, and it was never redelivered).
+    pub(super) fn may_know_later(&self, id: RequestId) -> bool {
+        self.is_shared()
+            && id & INBOX_REQUESTS == 0
+            && !self.shared.local.contains(&id)
+            && !(self.shared.reclaimed && self.shared.unadopted.is_empty())
+    }
+
+    /// A result for `token` is refused as unknown (`accepted: false`, final):
+    /// its worker drops the task. A member may come to hold the delivery
+    /// afterwards — a takeover of a dead member's execution, or a reclaim
+    /// — and a listing of the token the worker sent before it heard of the
+    /// refusal must not attach it to the worker's live session, where it
+    /// would never be found lost (seed 0x2b2836c6: `c0-e2`'s
+    /// `compensate:charge`, refused at n2 just before n2 took `c0-e2` over
+    /// from the dead n1, then listed by the worker's poll).
+    pub(super) fn refused_unknown(&mut self, id: RequestId, token: &str) {
+        if self.is_shared() && id & INBOX_REQUESTS == 0 && !self.shared.local.contains(&id) {
+            self.shared.refused.insert(token.to_string(), self.now);
+        }
+    }
+
+    /// Whether a result for `token` was refused here as unknown lately.
+    pub(super) fn refused_here(&self, token: &str) -> bool {
+        !self.shared.refused.is_empty() && self.shared.refused.contains_key(token)
+    }
+
     /// Drops every execution this node owns (it lost the database for
     /// `--node-timeout`: another node may own them by now).
     pub(super) fn drop_owned(&mut self, reason: &str) {
+        // Its own executions come back with the reclaim that follows.
+        self.shared.reclaimed = false;
         // Waiting for definitions to be adopted: no longer this node's to
         // adopt (the reclaim after the drop takes back what still is).
         self.shared.unadopted.clear();

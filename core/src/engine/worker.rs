@@ -100,7 +100,13 @@ impl Engine {
         };
         s.last_seen = self.now;
         for token in held {
+            if self.refused_here(token) {
+                // Its result was refused (shared mode): the worker dropped
+                // it, whatever this listing sent earlier says.
+                continue;
+            }
             self.attach(token, session_id, true);
+            self.listed(token);
             self.confirm_handed(token);
         }
         true
@@ -115,13 +121,15 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// True while the server still wants the delivery with `token` to run.
-    pub(super) fn wanted(&self, token: &str) -> bool {
+    /// True while the server still wants the delivery with `token` to run
+    /// (asked by the heartbeat `id`).
+    pub(super) fn wanted(&self, id: RequestId, token: &str) -> bool {
         let Some(t) = self.work.tokens.get(token) else {
             // Shared mode: handed out here for an execution another member
             // owns, or whose dispatch this member has not recorded yet —
-            // only its owner can judge it.
-            return self.handed_here(token);
+            // only its owner can judge it; or, before this member's
+            // reclaim, perhaps one of its own not held again yet.
+            return self.handed_here(token) || self.may_know_later(id);
         };
         let Some(e) = self.executions.get(&t.execution_id) else {
             return false;
@@ -150,7 +158,7 @@ impl Engine {
         if !self.touch(session_id, held) {
             return self.reply(id, unknown_session(session_id));
         }
-        let cancel: Vec<&String> = held.iter().filter(|t| !self.wanted(t)).collect();
+        let cancel: Vec<&String> = held.iter().filter(|t| !self.wanted(id, t)).collect();
         let body = json!({"cancel": cancel});
         self.reply(id, Response::ok(200, body));
     }

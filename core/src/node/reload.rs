@@ -65,6 +65,13 @@ impl Loads {
             .count()
     }
 
+    /// Whether a read of executions to adopt is open (shared mode).
+    pub(super) fn adopting(&self) -> bool {
+        self.open
+            .values()
+            .any(|l| matches!(l.purpose, Purpose::Adopt { .. }))
+    }
+
     /// The earliest retry due.
     pub(super) fn next_retry(&self) -> Option<Millis> {
         self.open.values().filter_map(|l| l.retry_at).min()
@@ -146,7 +153,7 @@ impl Node {
                 }) = self.loads.open.remove(&id)
                 {
                     if !self.adoptable(generation) {
-                        return;
+                        return self.reclaim_over(now);
                     }
                     let executions = executions
                         .into_iter()
@@ -156,6 +163,7 @@ impl Node {
                         })
                         .collect();
                     self.engine_input(now, Input::Adopt { executions });
+                    self.reclaim_over(now);
                 }
             }
             Ok(_) => {}

@@ -77,6 +77,9 @@ pub(super) struct State {
     /// to take back).
     reclaim: Option<String>,
     reclaiming: bool,
+    /// The engine was told the reclaim after the start (or the last drop)
+    /// is over ([`Input::Reclaimed`]).
+    reclaim_told: bool,
     /// What the node owned was dropped (the database was out of reach).
     dropped: bool,
     /// Bumped at every drop: a takeover, reclaim or read of owned
@@ -115,6 +118,7 @@ impl State {
             taking: false,
             reclaim: Some(String::new()),
             reclaiming: false,
+            reclaim_told: false,
             dropped: false,
             generation: 0,
             taking_generation: 0,
@@ -232,6 +236,7 @@ impl Node {
                     s.reclaiming = false;
                 }
                 self.taken(result, true);
+                self.reclaim_over(now);
             }
             NodeInput::InboxRead { read, result } => self.inbox_read(now, read, result),
             NodeInput::Sent { send, result } => self.engine_input(
@@ -439,12 +444,29 @@ impl Node {
         }
     }
 
+    /// Tells the engine, once, that the reclaim after the start (or after
+    /// the last drop) is over: no reclaim left to issue or in flight, and
+    /// what it took back read and handed over to adopt.
+    pub(super) fn reclaim_over(&mut self, now: Millis) {
+        let adopting = self.loads.adopting();
+        let Some(s) = self.shared.as_mut() else {
+            return;
+        };
+        let over = s.beat_ok.is_some() && !s.dropped && s.reclaim.is_none() && !s.reclaiming;
+        if s.reclaim_told || !over || adopting {
+            return;
+        }
+        s.reclaim_told = true;
+        self.engine_input(now, Input::Reclaimed);
+    }
+
     /// Drops what the engine owns: this node was out of touch with the
     /// database for longer than `--node-timeout`.
     fn drop_owned(&mut self, now: Millis) {
         self.stats.drops += 1;
         let last = self.last_unanswered();
         if let Some(s) = self.shared.as_mut() {
+            s.reclaim_told = false;
             s.generation += 1;
             s.settle_through = last.max(s.settle_through);
         }

@@ -225,7 +225,8 @@ pub async fn unregister(State(state): State<AppState>, Path(session): Path<Strin
 /// `{"accepted": false, "reason": ...}`.
 #[utoipa::path(post, path = "/v1/tasks/{token}/result", tag = "workers", request_body = wire::Outcome,
     params(("token" = String, Path, description = "the delivery's token")),
-    responses((status = 200, description = "`accepted: true` once recorded, or `accepted: false` with the reason (final: do not retry)", body = wire::ResultAck)))]
+    responses((status = 200, description = "`accepted: true` once recorded, or `accepted: false` with the reason (final: do not retry)", body = wire::ResultAck),
+              (status = 503, description = "`STORAGE_ERROR`: not recorded; or `NOT_READY` (shared mode): the member is still taking back its executions and cannot judge the token yet. Report the result again", body = wire::ErrorBody)))]
 pub async fn result(
     State(state): State<AppState>,
     caller: Option<axum::Extension<Caller>>,
