@@ -458,28 +458,26 @@ fn before_its_reclaim_a_member_cannot_judge_an_unknown_token_and_says_so() {
     assert!(w.heartbeat(&session, &["t-8"]).is_empty());
 }
 
-#[test]
-fn a_listing_of_a_token_whose_result_was_refused_does_not_keep_the_delivery() {
+/// Member `a`, its reclaim done, holding `x` (a `Plain` execution) and a
+/// session of worker `w1`.
+fn running_x() -> (World, String) {
     let mut w = member("a");
     w.feed(Input::Reclaimed);
     assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
     w.advance(100);
     let session = w.register("w1", &["demo.*"]);
-    // The worker's result arrives before this member holds the delivery
-    // (the execution was a dead member's, taken over just after): refused,
-    // and the worker drops the task.
-    assert_eq!(
-        w.succeed("t-1", json!({"v": 2}))["reason"],
-        "unknown token (execution finished or token invalid)"
-    );
-    // The delivery becomes known here: handed out by another member to a
-    // session there.
+    (w, session)
+}
+
+/// Feeds member `w` the inbox entry of `x`'s `work` dispatched as `t-1` to
+/// worker `w1`'s session `session` on member `node_id`.
+fn dispatch_entry(w: &mut World, session: &str, node_id: &str) {
     let dispatch = Dispatch {
         unit: "work".into(),
         task: "demo.work".into(),
         token: "t-1".into(),
-        session: "s-elsewhere".into(),
-        node_id: "b".into(),
+        session: session.into(),
+        node_id: node_id.into(),
         worker_id: "w1".into(),
     };
     w.feed(Input::Inbox {
@@ -490,6 +488,21 @@ fn a_listing_of_a_token_whose_result_was_refused_does_not_keep_the_delivery() {
             serde_json::to_value(&dispatch).unwrap(),
         )],
     });
+}
+
+#[test]
+fn a_listing_of_a_token_whose_result_was_refused_does_not_keep_the_delivery() {
+    let (mut w, session) = running_x();
+    // The worker's result arrives before this member holds the delivery
+    // (the execution was a dead member's, taken over just after): refused,
+    // and the worker drops the task.
+    assert_eq!(
+        w.succeed("t-1", json!({"v": 2}))["reason"],
+        "unknown token (execution finished or token invalid)"
+    );
+    // The delivery becomes known here: handed out by another member to a
+    // session there.
+    dispatch_entry(&mut w, "s-elsewhere", "b");
     w.advance(100);
     // A heartbeat sent before the refusal reached the worker still lists
     // it: it does not vouch for the task.
@@ -510,30 +523,11 @@ fn a_listing_of_a_token_whose_result_was_refused_does_not_keep_the_delivery() {
 
 #[test]
 fn a_delivery_its_live_session_stops_listing_is_redelivered() {
-    let mut w = member("a");
-    w.feed(Input::Reclaimed);
-    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
-    w.advance(100);
-    let session = w.register("w1", &["demo.*"]);
+    let (mut w, session) = running_x();
     // Handed out by another member to a session there; this member's own
     // session then lists it (a poll sent before the worker heard that its
     // result was refused elsewhere) and the worker drops it.
-    let dispatch = Dispatch {
-        unit: "work".into(),
-        task: "demo.work".into(),
-        token: "t-1".into(),
-        session: "s-elsewhere".into(),
-        node_id: "b".into(),
-        worker_id: "w1".into(),
-    };
-    w.feed(Input::Inbox {
-        entries: vec![entry(
-            1,
-            "x",
-            Kind::Dispatch,
-            serde_json::to_value(&dispatch).unwrap(),
-        )],
-    });
+    dispatch_entry(&mut w, "s-elsewhere", "b");
     w.heartbeat(&session, &["t-1"]);
     // The session goes on calling without it: after a session timeout the
     // attempt is uncertain, and redelivered.
@@ -551,27 +545,8 @@ fn a_delivery_its_live_session_stops_listing_is_redelivered() {
 
 #[test]
 fn a_delivery_its_session_keeps_listing_stays() {
-    let mut w = member("a");
-    w.feed(Input::Reclaimed);
-    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
-    w.advance(100);
-    let session = w.register("w1", &["demo.*"]);
-    let dispatch = Dispatch {
-        unit: "work".into(),
-        task: "demo.work".into(),
-        token: "t-1".into(),
-        session: session.clone(),
-        node_id: "a".into(),
-        worker_id: "w1".into(),
-    };
-    w.feed(Input::Inbox {
-        entries: vec![entry(
-            1,
-            "x",
-            Kind::Dispatch,
-            serde_json::to_value(&dispatch).unwrap(),
-        )],
-    });
+    let (mut w, session) = running_x();
+    dispatch_entry(&mut w, &session, "a");
     // A slow task: the worker heartbeats every third of the timeout.
     for _ in 0..9 {
         w.advance(10_000);
