@@ -1340,10 +1340,13 @@ impl Engine {
     /// the worker dropped the task, its next poll attached the delivery to
     /// its live session, and it was never redelivered).
     pub(super) fn may_know_later(&self, id: RequestId) -> bool {
-        self.is_shared()
-            && id & INBOX_REQUESTS == 0
-            && !self.shared.local.contains(&id)
-            && !(self.shared.reclaimed && self.shared.unadopted.is_empty())
+        self.is_worker_call_here(id) && !(self.shared.reclaimed && self.shared.unadopted.is_empty())
+    }
+
+    /// Whether request `id` is a shared-mode member's own worker call (not
+    /// an inbox entry applied here, nor a call of its own).
+    fn is_worker_call_here(&self, id: RequestId) -> bool {
+        self.is_shared() && id & INBOX_REQUESTS == 0 && !self.shared.local.contains(&id)
     }
 
     /// A result for `token` is refused as unknown (`accepted: false`, final):
@@ -1355,14 +1358,14 @@ impl Engine {
     /// `compensate:charge`, refused at n2 just before n2 took `c0-e2` over
     /// from the dead n1, then listed by the worker's poll).
     pub(super) fn refused_unknown(&mut self, id: RequestId, token: &str) {
-        if self.is_shared() && id & INBOX_REQUESTS == 0 && !self.shared.local.contains(&id) {
+        if self.is_worker_call_here(id) {
             self.shared.refused.insert(token.to_string(), self.now);
         }
     }
 
     /// Whether a result for `token` was refused here as unknown lately.
     pub(super) fn refused_here(&self, token: &str) -> bool {
-        !self.shared.refused.is_empty() && self.shared.refused.contains_key(token)
+        self.shared.refused.contains_key(token)
     }
 
     /// Drops every execution this node owns (it lost the database for
