@@ -120,3 +120,55 @@ async fn definitions_survive_a_restart() {
     let (status, one) = restarted.get("/v1/definitions/Plain/1.0.0").await;
     assert_eq!(status, StatusCode::OK, "{one}");
 }
+
+/// language.md: a deploy whose child workflow is neither in the request
+/// nor registered is `409 CHILD_NOT_REGISTERED` naming the child; once the
+/// child is registered, the same parent deploys; anything else wrong in the
+/// sources stays a `422 COMPILE_ERROR`.
+#[tokio::test]
+async fn a_child_neither_sent_nor_registered_is_child_not_registered() {
+    let s = Server::start().await;
+    let parent = r#"
+workflow Parent version "1.0.0" {
+    input { n: Int }
+    step child {
+        workflow Plain version "1.0.0"
+        with { n: input.n }
+    }
+}
+"#;
+    let (status, body) = s
+        .post(
+            "/v1/definitions",
+            json!({"source": parent, "filename": "parent.orbit"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(code(&body), "CHILD_NOT_REGISTERED");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Plain"), "{message}");
+    assert_eq!(body["error"]["diagnostics"][0]["code"], "E0103", "{body}");
+    let (_, list) = s.get("/v1/definitions").await;
+    assert!(list["definitions"].as_array().unwrap().is_empty(), "{list}");
+
+    // Another error beside the missing child: a compile error.
+    let broken = parent.replace("input.n", "input.nope");
+    let (status, body) = s
+        .post(
+            "/v1/definitions",
+            json!({"source": broken, "filename": "parent.orbit"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(code(&body), "COMPILE_ERROR");
+
+    s.deploy(PLAIN).await;
+    let (status, body) = s
+        .post(
+            "/v1/definitions",
+            json!({"source": parent, "filename": "parent.orbit"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["workflows"][0]["name"], "Parent");
+}

@@ -170,3 +170,24 @@ fn hash_token_prints_what_the_auth_file_wants() {
     assert_eq!(config.authenticate(token).unwrap().name, "gen");
     assert!(config.authenticate("other").is_none());
 }
+
+/// api.md: `--json` for scripts on every command, `auth hash-token` too.
+#[test]
+fn hash_token_json_prints_the_hash_as_an_object() {
+    let (code, out) = hash_token_cli(&["password", "--json"], "");
+    assert_eq!(code, 0);
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        body,
+        json!({"sha256": "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"})
+    );
+    let (code, out) = hash_token_cli(&["--generate", "--json"], "");
+    assert_eq!(code, 0);
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let token = body["token"].as_str().unwrap();
+    assert_eq!(body["sha256"], hash_token(token));
+    let (code, out) = hash_token_cli(&["--json"], "");
+    assert_eq!(code, 2);
+    let body: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(body["error"]["code"], "INVALID_ARGUMENT");
+}

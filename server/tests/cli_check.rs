@@ -258,3 +258,22 @@ fn check_server_that_cannot_be_reached_exits_2() {
         text(&out.stderr)
     );
 }
+
+/// api.md: `--json` for scripts on every command, `explain` included.
+#[test]
+fn explain_json_gives_code_title_and_explanation() {
+    let out = orbit(&["explain", "e0400", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["code"], "E0400");
+    assert_eq!(body["title"], "type mismatch");
+    assert!(body["explanation"]
+        .as_str()
+        .unwrap()
+        .starts_with("# E0400: type mismatch"));
+    let out = orbit(&["explain", "E9999", "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let body: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["error"]["code"], "UNKNOWN_CODE");
+    assert!(text(&out.stderr).contains("`E9999` is not a diagnostic code"));
+}

@@ -50,3 +50,40 @@ fn bad_usage_exits_64() {
     assert_eq!(orbit_sim(&["--faults", "gremlins"]).0, 64);
     assert_eq!(orbit_sim(&["--seed", "1", "--seeds", "2"]).0, 64);
 }
+
+/// simulation.md's exploring command, `orbit-sim --seeds N --mode shared
+/// --faults crash,partition,skew,takeover`: `--mode` picks the cluster
+/// scenario, `skew` is the `clock` kind and `takeover` is `pause` and
+/// `db-cut`.
+#[test]
+fn the_spec_command_with_mode_and_its_fault_names_runs() {
+    let (code, text) = orbit_sim(&[
+        "--seed",
+        "1",
+        "--mode",
+        "shared",
+        "--faults",
+        "crash,partition,skew,takeover",
+    ]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("scenario = cluster-shared\n"), "{text}");
+    assert!(
+        text.contains("faults = crash,partition,clock,pause,db-cut\n"),
+        "{text}"
+    );
+    let (code, text) = orbit_sim(&["--seed", "1", "--mode", "leader"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("scenario = cluster-leader\n"), "{text}");
+    let (code, text) = orbit_sim(&["--seed", "1", "--mode", "single"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("scenario = swarm\n"), "{text}");
+    assert_eq!(orbit_sim(&["--mode", "both"]).0, 64);
+    assert_eq!(
+        orbit_sim(&["--mode", "shared", "--scenario", "crash-storm"]).0,
+        64
+    );
+    assert_eq!(
+        orbit_sim(&["--mode", "single", "--scenario", "cluster-leader"]).0,
+        64
+    );
+}

@@ -47,7 +47,7 @@ fn sources(body: DeployRequest) -> Result<Vec<Source>, ApiError> {
 /// workflows) and registers every workflow.
 #[utoipa::path(post, path = "/v1/definitions", tag = "definitions", request_body = DeployRequest,
     responses((status = 200, description = "every workflow and task contract registered; `created: false` for identical content already there", body = wire::Deployed),
-              (status = 409, description = "`DEFINITION_CONFLICT` (same name and version, other content) or `CHILD_NOT_REGISTERED`", body = wire::ErrorBody),
+              (status = 409, description = "`DEFINITION_CONFLICT` (same name and version, other content) or `CHILD_NOT_REGISTERED` (a child workflow neither in the request nor registered; with `diagnostics`)", body = wire::ErrorBody),
               (status = 422, description = "`COMPILE_ERROR`, with `diagnostics`", body = wire::ErrorBody)))]
 pub async fn deploy(
     State(state): State<AppState>,
@@ -85,6 +85,15 @@ pub async fn deploy(
         let n = compiled.diagnostics.len();
         let diagnostics =
             serde_json::to_value(&compiled.diagnostics).map_err(ApiError::internal)?;
+        if let Some(message) = unregistered_children(&compiled.diagnostics) {
+            // language.md: a deploy whose child is neither in the request
+            // nor registered is `409 CHILD_NOT_REGISTERED` naming the child
+            // (the compiler's E0103, which `orbit check` prints).
+            return Err(
+                ApiError::new(StatusCode::CONFLICT, "CHILD_NOT_REGISTERED", message)
+                    .with("diagnostics", diagnostics),
+            );
+        }
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "COMPILE_ERROR",
@@ -117,6 +126,27 @@ pub async fn deploy(
                 idempotency,
             })
             .await,
+    ))
+}
+
+/// When the only errors are child workflows that are neither in the request
+/// nor registered (E0103), the message of `409 CHILD_NOT_REGISTERED` naming
+/// them; `None` when anything else is wrong too (then `422 COMPILE_ERROR`).
+fn unregistered_children(diagnostics: &[orbit_core::diagnostic::Diagnostic]) -> Option<String> {
+    if diagnostics.is_empty() || diagnostics.iter().any(|d| d.code != "E0103") {
+        return None;
+    }
+    let children: Vec<&str> = diagnostics
+        .iter()
+        .map(|d| {
+            d.message
+                .strip_prefix("unknown workflow or version: ")
+                .unwrap_or(&d.message)
+        })
+        .collect();
+    Some(format!(
+        "child workflow {} is not registered; deploy it first or in the same request",
+        children.join(", ")
     ))
 }
 

@@ -2,9 +2,11 @@
 //! the line that goes into `--auth FILE` as `sha256 = "…"`. The token comes
 //! from the argument or, when none is given, from the first line of stdin
 //! (so it stays out of the shell history); `--generate` makes a fresh random
-//! token and prints it with its hash.
+//! token and prints it with its hash. `--json` prints `{"sha256"}` (with
+//! `--generate`, `{"token", "sha256"}`) instead.
 
 use crate::api::auth::hash_token;
+use serde_json::json;
 use std::io::BufRead;
 use std::process::ExitCode;
 
@@ -33,6 +35,10 @@ pub struct HashArgs {
     /// `sha256 = …`.
     #[arg(long)]
     pub generate: bool,
+    /// Print JSON on stdout instead of text: `{"sha256"}`, or `{"token",
+    /// "sha256"}` with `--generate`.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `orbit auth`.
@@ -49,8 +55,13 @@ fn hash(args: HashArgs) -> ExitCode {
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );
-        println!("token = \"{token}\"");
-        println!("sha256 = \"{}\"", hash_token(&token));
+        let sha256 = hash_token(&token);
+        if args.json {
+            println!("{}", json!({"token": token, "sha256": sha256}));
+        } else {
+            println!("token = \"{token}\"");
+            println!("sha256 = \"{sha256}\"");
+        }
         return ExitCode::SUCCESS;
     }
     let token = match args.token {
@@ -65,9 +76,20 @@ fn hash(args: HashArgs) -> ExitCode {
         }
     };
     if token.is_empty() {
-        eprintln!("error: the token is empty (pass it as an argument or on stdin)");
+        let message = "the token is empty (pass it as an argument or on stdin)";
+        if args.json {
+            println!(
+                "{}",
+                json!({"error": {"code": "INVALID_ARGUMENT", "message": message}})
+            );
+        }
+        eprintln!("error: {message}");
         return ExitCode::from(2);
     }
-    println!("{}", hash_token(&token));
+    if args.json {
+        println!("{}", json!({"sha256": hash_token(&token)}));
+    } else {
+        println!("{}", hash_token(&token));
+    }
     ExitCode::SUCCESS
 }

@@ -72,7 +72,8 @@ async fn deploy(args: &Args) -> Outcome {
     Ok(EXIT_OK)
 }
 
-/// Renders the diagnostics of a `422 COMPILE_ERROR` against the local files.
+/// Renders the diagnostics of a `422 COMPILE_ERROR` (or of a `409
+/// CHILD_NOT_REGISTERED`, which carries its E0103) against the local files.
 fn print_diagnostics(error: &Error, files: &[SourceFile]) {
     let Error::Api { details, .. } = error else {
         return;

@@ -1,7 +1,10 @@
 //! `orbit explain CODE`: prints the long explanation of a diagnostic code
-//! (the book's `docs/src/errors/<CODE>.md`, compiled into the binary).
+//! (the book's `docs/src/errors/<CODE>.md`, compiled into the binary), or
+//! with `--json` an object `{"code", "title", "explanation"}`.
 
+use orbit_core::diagnostic::codes::lookup;
 use orbit_core::diagnostic::explain::explanation;
+use serde_json::json;
 use std::process::ExitCode;
 
 /// `orbit explain` options.
@@ -10,23 +13,43 @@ pub struct Args {
     /// A diagnostic code, e.g. `E0400` (case-insensitive).
     #[arg(value_name = "CODE")]
     pub code: String,
+    /// Print `{"code", "title", "explanation"}` as JSON instead of text (an
+    /// unknown code: `{"error": {"code": "UNKNOWN_CODE", "message"}}`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `orbit explain`: exit 0 with the explanation on stdout, or exit 2
 /// with a message on stderr for a code that does not exist.
 pub fn run(args: Args) -> ExitCode {
-    match explanation(&args.code) {
-        Some(text) => {
+    let code = args.code.trim();
+    match (explanation(code), lookup(code)) {
+        (Some(text), registered) if args.json => {
+            let body = json!({
+                "code": registered.map_or(code, |c| c.code),
+                "title": registered.map(|c| c.title),
+                "explanation": text,
+            });
+            println!("{body}");
+            ExitCode::SUCCESS
+        }
+        (Some(text), _) => {
             print!("{text}");
             if !text.ends_with('\n') {
                 println!();
             }
             ExitCode::SUCCESS
         }
-        None => {
+        (None, _) => {
+            let message = format!("`{code}` is not a diagnostic code");
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"error": {"code": "UNKNOWN_CODE", "message": message}})
+                );
+            }
             eprintln!(
-                "error: `{}` is not a diagnostic code\n  codes look like `E0400`; `orbit check` prints them in brackets: error[E0400]",
-                args.code.trim()
+                "error: {message}\n  codes look like `E0400`; `orbit check` prints them in brackets: error[E0400]"
             );
             ExitCode::from(2)
         }

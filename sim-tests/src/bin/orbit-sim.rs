@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 const USAGE: &str =
-    "usage: orbit-sim [--seed N | --seeds N [--from N]] [--scenario NAME] [--faults KINDS]
-                 [--plant BUGS] [--trace] [--quiet]
+    "usage: orbit-sim [--seed N | --seeds N [--from N]] [--scenario NAME] [--mode MODE]
+                 [--faults KINDS] [--plant BUGS] [--trace] [--quiet]
   --seed N        run one seed (decimal or 0x hex) and print its configuration and report
   --seeds N       run N seeds starting at --from (default 0)
   --scenario NAME one of: swarm (default), steady-load, crash-storm, lost-workers,
@@ -23,8 +23,11 @@ const USAGE: &str =
                   signals-sleeps, child-workflows, idempotent-starts, clock-jumps,
                   builtin-http, cluster-leader, eviction-invisible,
                   cluster-shared, or all
+  --mode MODE     single (the scenario given, default swarm), leader (the
+                  cluster-leader scenario) or shared (the cluster-shared scenario)
   --faults KINDS  keep only these fault kinds (comma-separated): crash, storage,
-                  network, partition, workers, cancel, clock, pause, db-cut
+                  network, partition, workers, cancel, clock, pause, db-cut;
+                  skew is another name for clock, takeover for pause,db-cut
   --plant BUGS    plant engine bugs (comma-separated) to see the simulator catch them:
                   uncertain-as-failed, stale-failure-accepted, double-success,
                   dispatch-before-commit, key-released-on-ambiguous,
@@ -92,6 +95,10 @@ fn parse(args: &[String]) -> Result<Args, String> {
         plant: Vec::new(),
         cluster_plant: Vec::new(),
     };
+    // `--mode`: `None` not given, `Some(None)` single node, `Some(Some(s))`
+    // the cluster scenario `s`.
+    let mut mode: Option<Option<Scenario>> = None;
+    let mut scenario_given = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = |name: &str| {
@@ -114,21 +121,31 @@ fn parse(args: &[String]) -> Result<Args, String> {
             }
             "--scenario" => {
                 let v = value("--scenario")?;
+                scenario_given = true;
                 a.scenarios = if v == "all" {
                     Scenario::ALL.to_vec()
                 } else {
                     vec![Scenario::parse(&v).ok_or_else(|| format!("unknown scenario `{v}`"))?]
                 };
             }
+            "--mode" => {
+                let v = value("--mode")?;
+                mode = Some(match v.as_str() {
+                    "single" => None,
+                    "leader" => Some(Scenario::ClusterLeader),
+                    "shared" => Some(Scenario::ClusterShared),
+                    _ => return Err(format!("unknown mode `{v}` (single, leader, shared)")),
+                });
+            }
             "--faults" => {
                 let v = value("--faults")?;
-                let mut kinds = Vec::new();
+                let mut kinds: Vec<&'static str> = Vec::new();
                 for k in v.split(',').filter(|k| !k.is_empty()) {
-                    let known = FAULT_KINDS
-                        .iter()
-                        .find(|x| **x == k)
-                        .ok_or_else(|| format!("unknown fault kind `{k}`"))?;
-                    kinds.push(*known);
+                    for kind in fault_kinds(k)? {
+                        if !kinds.contains(&kind) {
+                            kinds.push(kind);
+                        }
+                    }
                 }
                 a.faults = Some(kinds);
             }
@@ -152,7 +169,47 @@ fn parse(args: &[String]) -> Result<Args, String> {
     if a.seed.is_some() && a.seeds.is_some() {
         return Err("--seed and --seeds are exclusive".into());
     }
+    let cluster = [Scenario::ClusterLeader, Scenario::ClusterShared];
+    match mode {
+        None => {}
+        Some(None) => {
+            // `--scenario all` keeps its single-node scenarios.
+            a.scenarios.retain(|s| !cluster.contains(s));
+            if a.scenarios.is_empty() {
+                return Err("--mode single does not run a cluster scenario".into());
+            }
+        }
+        Some(Some(scenario)) => {
+            if scenario_given && a.scenarios != [scenario] {
+                return Err(format!(
+                    "--mode {} runs the {scenario} scenario; leave --scenario out",
+                    if scenario == Scenario::ClusterLeader {
+                        "leader"
+                    } else {
+                        "shared"
+                    }
+                ));
+            }
+            a.scenarios = vec![scenario];
+        }
+    }
     Ok(a)
+}
+
+/// The fault kinds `name` stands for: a kind of [`FAULT_KINDS`], or one of
+/// the names `simulation.md` uses (`skew`: the nodes' clocks, `clock`;
+/// `takeover`: what makes another node take over besides a crash, `pause`
+/// and `db-cut`).
+fn fault_kinds(name: &str) -> Result<Vec<&'static str>, String> {
+    match name {
+        "skew" => Ok(vec!["clock"]),
+        "takeover" => Ok(vec!["pause", "db-cut"]),
+        other => FAULT_KINDS
+            .iter()
+            .find(|k| **k == other)
+            .map(|k| vec![*k])
+            .ok_or_else(|| format!("unknown fault kind `{other}`")),
+    }
 }
 
 fn main() {
