@@ -12,5 +12,5 @@ commit="$(git rev-parse HEAD)"
 # overlap.
 from=$(( 0x${commit:0:8} * 65536 ))
 echo "exploring swarm seeds $from..$(( from + count )) (commit ${commit:0:12})"
-cargo run --quiet --release -p orbit-sim-tests --bin orbit-sim -- \
+cargo run --quiet --release -p sim-tests --bin orbit-sim -- \
     --seeds "$count" --from "$from" --scenario swarm --quiet

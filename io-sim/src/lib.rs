@@ -12,7 +12,7 @@
 //! simulated workers and clients, an external payment model, and invariant
 //! checkers ([`check`]) run after every commit and acknowledgement. The
 //! crate depends on `orbit-core` alone (no tokio, sqlx or HTTP stack); the
-//! networked layer that runs the real server lives in `orbit-sim-tests`.
+//! networked layer that runs the real server lives in `sim-tests`.
 //!
 //! ```no_run
 //! use orbit_io_sim::{run, Scenario};

@@ -106,9 +106,7 @@ pub struct Report {
 
 /// The command that reproduces a run.
 pub fn repro(seed: u64, scenario: &str) -> String {
-    format!(
-        "cargo run -p orbit-sim-tests --bin orbit-sim -- --seed {seed:#x} --scenario {scenario}"
-    )
+    format!("cargo run -p sim-tests --bin orbit-sim -- --seed {seed:#x} --scenario {scenario}")
 }
 
 impl Report {

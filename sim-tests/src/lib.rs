@@ -1,4 +1,4 @@
-//! `orbit-sim-tests`: named simulation scenarios run over fixed seeds in CI
+//! `sim-tests`: named simulation scenarios run over fixed seeds in CI
 //! (`tests/`), the networked simulation of the real server ([`net`], which
 //! depends on `orbit-server` and tokio and so lives here rather than in
 //! `orbit-io-sim`), and the `orbit-sim` explorer binary that runs many seeds

@@ -4,7 +4,7 @@
 //! lease, fenced terms, `NOT_LEADER` router) whose leader is cut off from
 //! the database and its workers, or killed. A few seeds keep CI time short;
 //! reproduce one with
-//! `ORBIT_SEED=<seed> cargo test -p orbit-sim-tests --test net_turmoil`.
+//! `ORBIT_SEED=<seed> cargo test -p sim-tests --test net_turmoil`.
 #![allow(clippy::unwrap_used)]
 
 use orbit_io_sim::check::Invariant;
@@ -33,7 +33,7 @@ fn net_seeds_hold_the_invariants_under_network_and_crash_faults() {
         println!("{report}");
         assert!(
             report.passed(),
-            "{report}\nrepro: ORBIT_SEED={seed:#x} cargo test -p orbit-sim-tests --test net_turmoil"
+            "{report}\nrepro: ORBIT_SEED={seed:#x} cargo test -p sim-tests --test net_turmoil"
         );
         // The faults really struck: every schedule crashes the server.
         assert!(
@@ -56,7 +56,7 @@ fn net_cluster_seeds_fail_over_when_the_leader_is_isolated_or_killed() {
         println!("{report}");
         assert!(
             report.passed(),
-            "{report}\nrepro: ORBIT_SEED={seed:#x} cargo test -p orbit-sim-tests --test net_turmoil net_cluster"
+            "{report}\nrepro: ORBIT_SEED={seed:#x} cargo test -p sim-tests --test net_turmoil net_cluster"
         );
         // The leader was cut off past --node-timeout: another node took
         // the lease, and everything finished on it.

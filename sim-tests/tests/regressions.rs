@@ -1,6 +1,6 @@
 //! Regression seeds: every failure the simulator found, kept with a header
 //! explaining the bug. Seeds of bugs not fixed yet are `#[ignore]`d (run
-//! them with `cargo test -p orbit-sim-tests --test regressions -- --ignored`)
+//! them with `cargo test -p sim-tests --test regressions -- --ignored`)
 //! and skipped by the scenario tests (`KNOWN_ENGINE_BUGS`) until fixed.
 
 use orbit_io_sim::{run, Scenario};

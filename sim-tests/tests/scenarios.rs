@@ -1,6 +1,6 @@
 //! Every named scenario over a fixed, CI-sized set of seeds. Reproduce one
-//! run with `ORBIT_SEED=0x1234 cargo test -p orbit-sim-tests NAME` or
-//! `cargo run -p orbit-sim-tests --bin orbit-sim -- --seed 0x1234 --scenario NAME`.
+//! run with `ORBIT_SEED=0x1234 cargo test -p sim-tests NAME` or
+//! `cargo run -p sim-tests --bin orbit-sim -- --seed 0x1234 --scenario NAME`.
 
 use orbit_io_sim::Scenario;
 use orbit_sim_tests::{assert_seeds_pass, ci_seeds};
