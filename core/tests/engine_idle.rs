@@ -292,6 +292,39 @@ fn a_timer_due_while_evicted_survives_a_failed_write_of_the_signal_that_read_it_
     );
 }
 
+/// Simulation finding 26 (seed 0x204897fc of `eviction-invisible`): the
+/// clock jumps past an evicted execution's timer before any tick, and a
+/// start of its id reads it back. In memory nothing decides it before the
+/// next tick (a start of an existing id writes nothing); read back, it was
+/// decided at once, and its timer fired a tick early. It now keeps its
+/// wake-up for that tick, as it would have in memory.
+#[test]
+fn a_timer_due_while_evicted_waits_for_the_tick_when_a_start_reads_it_back() {
+    let w = same_either_way(&["n-1"], |w| {
+        w.start("Nap", "n-1", json!({"n": 1}));
+        w.at(120_000);
+        // The clock jumps past the timer; no tick has seen it yet.
+        w.now = T0 + 3_600_050;
+        let again = w.start("Nap", "n-1", json!({"n": 1}));
+        let view = w.call(Request::GetExecution {
+            execution_id: "n-1".into(),
+        });
+        // The tick the wake-up asked for.
+        w.advance(0);
+        vec![again.body.into_json(), view.body.into_json()]
+    });
+    assert_logs(
+        &w.logs("n-1"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 TimerStarted step=nap fire_at=+3600.0s
+        + 3600.1s #4 TimerFired step=nap
+        + 3600.1s #5 StepScheduled step=work attempt=1
+        ",
+    );
+}
+
 #[test]
 fn an_execution_with_a_task_out_stays() {
     let w = same_either_way(&["f-1"], |w| {

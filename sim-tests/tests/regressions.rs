@@ -515,14 +515,18 @@ fn finding_25_a_delivery_its_live_session_stops_listing_is_redelivered() {
     passes(0x11d2, Scenario::ClusterShared);
 }
 
-/// Finding 26 (NOT diagnosed; already present at `d8d30b0`): found in the
-/// unexplored range `--seeds 1500 --from 541627966 --scenario all`
-/// (22,500 runs, this one failure). With evictions forced, worker 4's
-/// tenth reply (`{"tasks": []}` to a poll) comes 12 ms later than in the
-/// run without them (+7828 ms against +7816 ms): the same answer, at
-/// another time, so an eviction is visible in timing.
+/// Finding 26 (fixed, an engine rule; already present at `d8d30b0`):
+/// found in `--seeds 1500 --from 541627966 --scenario all` (22,500 runs,
+/// this one failure). The server's clock jumped past the timer of
+/// `c0-e3`, evicted, before any tick; a start of its id read it back at
+/// once. In memory a start of an existing id decides nothing, so the
+/// timer fired at the next tick (+7810 ms); read back, the execution was
+/// decided as it came in, and its timer fired then (+7562 ms), which moved
+/// the later draws: worker 4's empty poll answer came 12 ms later. An
+/// execution read back with a wake-up no tick has yet come for is no
+/// longer decided on arrival: it keeps that wake-up and waits for the
+/// tick, as in memory (`engine_idle.rs`).
 #[test]
-#[ignore = "finding 26 is not diagnosed"]
 fn finding_26_an_empty_poll_answered_later_with_evictions() {
     passes(0x204897fc, Scenario::EvictionInvisible);
 }

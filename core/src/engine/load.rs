@@ -204,11 +204,26 @@ impl Engine {
                     continue;
                 }
             }
+            // Evicted with a wake-up that no tick has read it back for
+            // and no child's end has asked for: nothing came due that a
+            // tick would not decide, and `install` keeps that wake-up.
+            // In memory it would wait for the tick, even once the clock
+            // has passed it (a clock stepped forward): so it does now.
+            let waits_for_tick = self
+                .idle
+                .evicted
+                .get(&id)
+                .copied()
+                .flatten()
+                .is_some_and(|t| self.idle.dormant.contains(&(t, id.clone())));
             if self.install(stored) {
                 self.retire(&id);
-                // Back from eviction: whatever came due meanwhile is
-                // decided now, as if it had never left.
-                self.dirty.insert(id);
+                // Back from eviction: whatever came due meanwhile (its
+                // wake-up's tick, a child's end) is decided now, as if it
+                // had never left.
+                if !waits_for_tick {
+                    self.dirty.insert(id);
+                }
             } else {
                 // Its definition is not registered here: as good as absent
                 // (asking again would get the same answer).
