@@ -164,9 +164,12 @@ async fn standby(node: &Node, stop: &watch::Receiver<bool>) -> Option<(u64, Inst
                 }
             }
         }
+        // `biased;` throughout: stopping is checked first, and a seeded
+        // simulation must not depend on tokio's random branch order.
         tokio::select! {
-            () = tokio::time::sleep(wait) => {}
+            biased;
             () = stopped(stop.clone()) => return None,
+            () = tokio::time::sleep(wait) => {}
         }
     }
 }
@@ -199,18 +202,19 @@ async fn lead(
     options.engine.epoch = Some(epoch);
     let started = Instant::now();
     let recovered = tokio::select! {
-        d = Driver::start_with(store, options, settings.sources.clone()) => d,
-        () = fence.deposed() => {
-            tracing::warn!(epoch, "deposed while recovering; back to standby");
-            renewer.abort();
-            return true;
-        }
+        biased;
         () = stopped(stop.clone()) => {
             renewer.abort();
             fence.depose();
             let _ = timeout(config.renew_every(), node.lease().release(&config.node_id, epoch)).await;
             return false;
         }
+        () = fence.deposed() => {
+            tracing::warn!(epoch, "deposed while recovering; back to standby");
+            renewer.abort();
+            return true;
+        }
+        d = Driver::start_with(store, options, settings.sources.clone()) => d,
     };
     let driver = match recovered {
         Ok(d) => d,
@@ -251,8 +255,9 @@ async fn lead(
         "leader at epoch {epoch}"
     );
     let stopping = tokio::select! {
-        () = fence.deposed() => false,
+        biased;
         () = stopped(stop.clone()) => true,
+        () = fence.deposed() => false,
     };
     // From here on, new calls are answered NOT_LEADER.
     node.set_term(None);
