@@ -325,6 +325,110 @@ fn a_timer_due_while_evicted_waits_for_the_tick_when_a_start_reads_it_back() {
     );
 }
 
+/// Runs `scenario` twice, with worker sessions that time out after
+/// `session_timeout_ms` and without the eviction timer (whose own checks
+/// ask for wake-ups): once as is, once with idle executions evicted where
+/// `scenario` says (`evict`), as the simulator forces it. Both must give
+/// the same answers, ask for the same wake-ups and store the same history
+/// of `id`; returns the evicting world.
+fn same_wakes_either_way(
+    id: &str,
+    session_timeout_ms: Millis,
+    scenario: impl Fn(&mut World, bool) -> Vec<Value>,
+) -> World {
+    let run = |evict| {
+        let mut w = World::new(Config {
+            idle_evict_ms: None,
+            session_timeout_ms,
+            ..Config::default()
+        });
+        w.deploy(SOURCE);
+        let answers = scenario(&mut w, evict);
+        (answers, w)
+    };
+    let (a, kept) = run(false);
+    let (b, evicting) = run(true);
+    assert_eq!(a, b, "answers or wake-ups differ with eviction");
+    assert_eq!(kept.logs(id), evicting.logs(id), "history of {id} differs");
+    assert_eq!(kept.engine.evicted(), 0);
+    evicting
+}
+
+/// Simulation finding 27 (seed 0x1e84a0 of `eviction-invisible`): a
+/// session held the token of an attempt that had already failed when it
+/// timed out, while the execution's next write was in flight. In memory
+/// the token became an orphan, and the engine asked for a tick every
+/// 100 ms until the write landed (only then can an orphan of a busy
+/// execution be looked at, and this one, no longer current, is dropped).
+/// Read back after an eviction, the token was no longer held by the
+/// session, so there was no orphan and no such ticks; in the simulation
+/// the extra ticks answered an expired long poll earlier and everything
+/// after moved. Orphans of an execution whose write or read is in flight
+/// no longer ask for ticks.
+#[test]
+fn a_stale_token_of_a_busy_execution_asks_for_no_ticks_when_its_session_ends() {
+    let w = same_wakes_either_way("f-1", 660_000, |w, evict| {
+        w.start("Flaky", "f-1", json!({"n": 1}));
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        w.heartbeat(&s, &[&t.token]);
+        let failed = w.fail(&t.token, "BOOM", true);
+        w.at(60_000);
+        if evict {
+            assert_eq!(w.engine.evict_idle_now(), ["f-1"]);
+        }
+        // The retry is due at +10 min; its write stays in flight.
+        w.at(599_000);
+        w.mode = Mode::Hold;
+        w.at(600_000);
+        assert_eq!(w.held.len(), 1);
+        // The session times out with the write still in flight.
+        w.at(660_000);
+        let wake = w.wake.map(|t| t - T0);
+        w.release(Mode::Ok);
+        w.mode = Mode::Ok;
+        w.at(661_000);
+        vec![failed, json!(wake)]
+    });
+    assert_logs(
+        &w.logs("f-1"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 StepScheduled step=work attempt=1
+        + 0ms #4 StepDispatched step=work attempt=1 worker_id=w-1
+        + 0ms #5 StepAttemptFailed step=work attempt=1 code=BOOM retry_at=+600.0s
+        + 600.0s #6 StepScheduled step=work attempt=2
+        ",
+    );
+}
+
+/// Simulation finding 28 (seed 0x1e8669 of `eviction-invisible`): a
+/// worker listed the token of an attempt that had already failed, after
+/// its execution had been evicted. In memory the listing confirmed the
+/// hand-out; evicted, the token was unknown, so its hand-out stayed
+/// unconfirmed and asked for a tick a session timeout after it (earlier
+/// than any other wake-up, in the simulation). A listed token of an
+/// evicted execution now ends that wait too.
+#[test]
+fn a_listing_of_an_evicted_executions_token_confirms_its_hand_out() {
+    same_wakes_either_way("f-1", 300_000, |w, evict| {
+        w.start("Flaky", "f-1", json!({"n": 1}));
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        let failed = w.fail(&t.token, "BOOM", true);
+        w.at(60_000);
+        if evict {
+            assert_eq!(w.engine.evict_idle_now(), ["f-1"]);
+        }
+        // The worker still lists the token.
+        w.at(62_000);
+        let cancel = w.heartbeat(&s, &[&t.token]);
+        let wake = w.wake.map(|t| t - T0);
+        vec![failed, json!(cancel), json!(wake)]
+    });
+}
+
 #[test]
 fn an_execution_with_a_task_out_stays() {
     let w = same_either_way(&["f-1"], |w| {

@@ -531,23 +531,38 @@ fn finding_26_an_empty_poll_answered_later_with_evictions() {
     passes(0x204897fc, Scenario::EvictionInvisible);
 }
 
-/// Finding 27 (open; already present before finding 26's fix): found in
-/// `--scenario eviction-invisible --seeds 4000 --from 2000000` (two of
-/// 4,000). Execution `505ede4f…` records the late success of
-/// `reserve[0]`'s first attempt (timed out and retried) at +5.3 s with
-/// evictions forced, at +8.5 s without: the same history, with one event
-/// 3.2 s earlier, so an eviction is visible in timing.
+/// Finding 27 (fixed, an engine rule; already present before finding
+/// 26's fix): found in `--scenario eviction-invisible --seeds 4000 --from
+/// 2000000` (two of 4,000, with finding 28). Worker `w0`'s session, which
+/// still held the token of `reserve[0]`'s first attempt of `505ede4f…`
+/// (timed out, retry written), timed out while that write was in flight
+/// (a slow store, 3.7 s). In memory the token became an orphan, and the
+/// engine asked for a tick every 100 ms until the write landed; read back
+/// after a forced eviction, the token was no longer held by the session
+/// (that hold is not kept across an eviction), so no orphan and no such
+/// ticks. One of those ticks, right after a clock jump, answered `w0`'s
+/// expired long poll 187 ms earlier without eviction, and every later
+/// draw moved (the late success landed 3.2 s apart). Orphans of an
+/// execution whose write or read is in flight no longer ask for ticks:
+/// its commit, or the retry after a failed write or a reload, looks at
+/// them then (`engine_idle.rs`).
 #[test]
-#[ignore = "finding 27 is not diagnosed"]
 fn finding_27_a_late_success_recorded_earlier_with_evictions() {
     passes(0x1e84a0, Scenario::EvictionInvisible);
 }
 
-/// Finding 28 (open; already present before finding 26's fix): the same
-/// sweep as finding 27. Worker 3's twelfth poll is answered `{"tasks":
-/// []}` at +12016 ms with evictions forced, at +12265 ms without.
+/// Finding 28 (fixed, an engine rule; already present before finding
+/// 26's fix): the same sweep as finding 27. `f5484799…` was evicted just
+/// before `w0`'s heartbeat listed the token of its failed first attempt
+/// of `finish`. In memory the listing confirmed that hand-out; evicted,
+/// the token was unknown, so the hand-out stayed unconfirmed and asked
+/// for a tick a session timeout after it, earlier than anything the run
+/// without eviction asked for: that tick, after a clock jump, recorded
+/// the attempt `w0` held then as uncertain 249 ms earlier, and worker 3's
+/// twelfth poll was answered `{"tasks": []}` at +12016 ms instead of
+/// +12265 ms. A listed token of an evicted execution now confirms its
+/// hand-out too (`engine_idle.rs`).
 #[test]
-#[ignore = "finding 28 is not diagnosed"]
 fn finding_28_an_empty_poll_answered_earlier_with_evictions() {
     passes(0x1e8669, Scenario::EvictionInvisible);
 }

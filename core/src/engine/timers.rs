@@ -295,6 +295,26 @@ impl Engine {
         self.serve_polls();
     }
 
+    /// True when a tick could record an orphaned dispatch. Those of an
+    /// execution whose batch or reload is in flight wait for it instead:
+    /// its commit re-decides it, and a failed write or a reload asks for
+    /// it again ([`Engine::retry_soon`]), and the orphans are recorded (or
+    /// dropped, if no longer current) then. Ticking for them meanwhile
+    /// only does work a tick leaves for later earlier, and whether there
+    /// are any depends on memory: a session's hold on the tokens of an
+    /// execution is not kept across its eviction, so its end orphans the
+    /// stale tokens of an execution that stayed in memory and not those
+    /// of one read back.
+    fn orphans_for_a_tick(&self) -> bool {
+        self.work.orphans.keys().any(|token| {
+            self.work
+                .tokens
+                .get(token)
+                .and_then(|t| self.executions.get(&t.execution_id))
+                .is_none_or(|e| !e.blocked())
+        })
+    }
+
     /// The earliest time a `Tick` has work to do.
     pub(super) fn next_wake(&self) -> Option<Millis> {
         let timeout = self.config.session_timeout_ms;
@@ -324,7 +344,7 @@ impl Engine {
             self.recovery_until,
             self.next_idle_wake(),
             self.soon.values().min().copied(),
-            (!self.work.orphans.is_empty() || self.registry.unsettled.is_some())
+            (self.orphans_for_a_tick() || self.registry.unsettled.is_some())
                 .then_some(self.now + TICK_MS),
         ]
         .into_iter()

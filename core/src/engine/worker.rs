@@ -68,6 +68,14 @@ impl Engine {
     /// Marks `token` as held by `session` (a listing or a delivery).
     pub(super) fn attach(&mut self, token: &str, session_id: &str, confirmed: bool) {
         let Some(t) = self.work.tokens.get_mut(token) else {
+            if confirmed && self.idle.tokens.contains_key(token) {
+                // A past delivery of an evicted execution, listed: it
+                // arrived, as it would have been noted had the execution
+                // stayed in memory. Its wait for a listing ends here, or
+                // it would expire a session timeout after its hand-out and
+                // ask for a tick memory never asked for.
+                self.work.unconfirmed.retain(|(_, t)| t != token);
+            }
             return;
         };
         if let Some(old) = t.session.take() {
