@@ -95,9 +95,9 @@ fn parse(args: &[String]) -> Result<Args, String> {
         plant: Vec::new(),
         cluster_plant: Vec::new(),
     };
-    // `--mode`: `None` not given, `Some(None)` single node, `Some(Some(s))`
-    // the cluster scenario `s`.
-    let mut mode: Option<Option<Scenario>> = None;
+    // `--mode`, as given, with the cluster scenario it stands for (`None`:
+    // single node).
+    let mut mode: Option<(String, Option<Scenario>)> = None;
     let mut scenario_given = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -130,12 +130,13 @@ fn parse(args: &[String]) -> Result<Args, String> {
             }
             "--mode" => {
                 let v = value("--mode")?;
-                mode = Some(match v.as_str() {
+                let cluster = match v.as_str() {
                     "single" => None,
                     "leader" => Some(Scenario::ClusterLeader),
                     "shared" => Some(Scenario::ClusterShared),
                     _ => return Err(format!("unknown mode `{v}` (single, leader, shared)")),
-                });
+                };
+                mode = Some((v, cluster));
             }
             "--faults" => {
                 let v = value("--faults")?;
@@ -172,22 +173,17 @@ fn parse(args: &[String]) -> Result<Args, String> {
     let cluster = [Scenario::ClusterLeader, Scenario::ClusterShared];
     match mode {
         None => {}
-        Some(None) => {
+        Some((_, None)) => {
             // `--scenario all` keeps its single-node scenarios.
             a.scenarios.retain(|s| !cluster.contains(s));
             if a.scenarios.is_empty() {
                 return Err("--mode single does not run a cluster scenario".into());
             }
         }
-        Some(Some(scenario)) => {
+        Some((name, Some(scenario))) => {
             if scenario_given && a.scenarios != [scenario] {
                 return Err(format!(
-                    "--mode {} runs the {scenario} scenario; leave --scenario out",
-                    if scenario == Scenario::ClusterLeader {
-                        "leader"
-                    } else {
-                        "shared"
-                    }
+                    "--mode {name} runs the {scenario} scenario; leave --scenario out"
                 ));
             }
             a.scenarios = vec![scenario];
