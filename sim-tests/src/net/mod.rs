@@ -24,7 +24,7 @@ mod transport;
 
 pub use faulty::{FaultyStore, Link, StoreFaults};
 pub use lease::SimLease;
-pub use listener::Listener;
+pub use listener::{serve, Listener};
 pub use scenario::{run, NetConfig, NetReport};
 pub use transport::TurmoilTransport;
 

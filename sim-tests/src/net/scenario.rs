@@ -13,7 +13,7 @@
 
 use super::faulty::{FaultyStore, Link, StoreFaults};
 use super::lease::{Contacts, SimLease};
-use super::{sources, Listener, TurmoilTransport, NET_EPOCH_MS};
+use super::{serve, sources, Listener, TurmoilTransport, NET_EPOCH_MS};
 use orbit_core::history::Event;
 use orbit_io_sim::check::{self, durability::Fact, Invariant, Violation};
 use orbit_io_sim::store::{SimStore, StoreBug};
@@ -374,7 +374,7 @@ pub fn run(config: NetConfig) -> NetReport {
             async move {
                 let driver = Driver::start_with(store, options, sources).await?;
                 let listener = Listener::bind(&format!("0.0.0.0:{PORT}")).await?;
-                axum::serve(listener, app(AppState::new(driver))).await?;
+                serve(listener, app(AppState::new(driver))).await;
                 Ok(())
             }
         });
@@ -407,7 +407,7 @@ pub fn run(config: NetConfig) -> NetReport {
                     let (_stop, stop) = tokio::sync::watch::channel(false);
                     tokio::spawn(supervisor::run(node.clone(), settings, stop));
                     let listener = Listener::bind(&format!("0.0.0.0:{PORT}")).await?;
-                    axum::serve(listener, router::router(node, false)).await?;
+                    serve(listener, router::router(node, false)).await;
                     Ok(())
                 }
             });
