@@ -668,7 +668,10 @@ async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
     let fake = fake(&proto).await;
     let finished = Arc::new(Mutex::new(None));
     let f = Arc::clone(&finished);
+    // Eight slots: four polls wait at the server (two slots each), and one
+    // more replaces the one that brought the task once it stops lingering.
     let worker = on_poll("w-1")
+        .max_tasks(8)
         .poll_wait(Duration::from_secs(10))
         .handler("demo.work", move |_t: Task| {
             let f = Arc::clone(&f);
@@ -694,12 +697,50 @@ async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
         .iter()
         .find(|p| p.body.get("results").is_some())
         .unwrap();
-    // Another poll was parked: this one does not wait, and asks only for
+    // Four polls were waiting: this one does not wait, and asks only for
     // the slot its result frees.
     assert_eq!(carrying.body["wait_ms"], 0, "{:?}", carrying.body);
     assert!(polls
         .iter()
         .any(|p| p.body.get("results").is_none() && p.body["wait_ms"].as_u64() > Some(0)));
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_quick_result_rides_on_a_waiting_poll_instead_of_a_poll_of_its_own() {
+    let proto = Arc::new(Proto::default());
+    proto.park_ms.store(5_000, Ordering::SeqCst);
+    proto
+        .tasks
+        .lock()
+        .unwrap()
+        .push_back(task("tok-1", "demo.work"));
+    let fake = fake(&proto).await;
+    let worker = on_poll("w-1")
+        .poll_wait(Duration::from_secs(10))
+        .handler("demo.work", |_t: Task| async { Ok(json!(1)) })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("a carried result", |_| !carried(&fake).is_empty())
+        .await;
+    let polls = fake.matching("POST", "/v1/workers/s1/poll");
+    // Four polls wait (one slot each); the first brings the task. Its
+    // result then leaves on the next poll, which takes that poll's place
+    // at the server: no results-free poll is sent in between (this fake
+    // answers it at once, so another may follow it).
+    assert!(polls.len() >= 5, "{polls:?}");
+    for p in &polls[..4] {
+        assert!(p.body.get("results").is_none(), "{:?}", p.body);
+        assert_eq!(p.body["max_tasks"], 1, "{:?}", p.body);
+    }
+    assert_eq!(
+        polls[4].body["results"],
+        json!([{"token": "tok-1", "output": 1}])
+    );
+    assert_eq!(polls[4].body["wait_ms"], 1_000, "{:?}", polls[4].body);
+    assert_eq!(polls[4].body["max_tasks"], 1, "{:?}", polls[4].body);
     stop.send(()).unwrap();
     handle.await.unwrap().unwrap();
 }

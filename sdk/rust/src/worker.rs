@@ -9,16 +9,18 @@
 //! `accepted: false` answer is final; `404 UNKNOWN_SESSION` makes the worker
 //! register again and re-attach the tokens it holds with a heartbeat.
 //!
-//! One request per step: by default results ride on polls. A finished
-//! task's result goes out at once on a poll that also asks for as many
-//! tasks as the worker has free slots; that poll waits at the server only
-//! when no other poll is waiting there (otherwise `wait_ms: 0`), so a
-//! result never queues behind a parked long poll. Results that finish
-//! while such a call is in flight go out together on the next one.
-//! Without results to report, the worker keeps up to four long polls
-//! waiting at the server, each asking for a share of its free slots, so a
-//! step its server makes due is usually handed to one of them in the
-//! commit that made it due.
+//! One request per step: by default results ride on polls. The worker
+//! keeps up to four polls waiting at the server, each asking for a share of
+//! its free slots, so a step the server makes due is usually handed to one
+//! of them in the commit that made it due. A finished task's result goes
+//! out at once on the next of those waiting polls (so the same request
+//! reports one step and brings the next), or, when four already wait, on
+//! a poll that does not wait (`wait_ms: 0`), so a result never queues
+//! behind a parked poll. Results that finish while such a call is in
+//! flight go out together on the next one. A task just handed out holds
+//! the place of a waiting poll for a few milliseconds: a quick handler's
+//! result then leaves on that poll instead of the worker sending a poll
+//! without results first and the result on another.
 //! [`WorkerBuilder::results_on_poll`]`(false)` uses the separate result
 //! call instead, and so does a worker shutting down (it wants no new tasks).
 
@@ -55,6 +57,12 @@ const LONG_MAX: usize = 4;
 /// Polls that carry results without waiting at the server, in flight at
 /// once: a finished task's result leaves at once unless this many are out.
 const QUICK_MAX: usize = 4;
+/// How long a task just handed out holds the place of a waiting poll: a
+/// quick handler's result leaves on that poll, which then waits, instead of
+/// the worker sending a poll without results in between (one request per
+/// step instead of two at light load). A slower handler's place is given
+/// back to a results-free poll once this has passed.
+const LINGER: Duration = Duration::from_millis(5);
 
 /// A task handler: takes the task, returns its output or a [`TaskError`].
 pub type Handler = Arc<dyn Fn(Task) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
@@ -294,6 +302,20 @@ struct Held {
     stopped: Option<Stop>,
     /// The handler finished; its result waits for the server's answer.
     done: bool,
+    /// When the task was received (see [`LINGER`]).
+    received: tokio::time::Instant,
+}
+
+/// What [`Inner::send_next`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// It sent a poll (or reported results alone).
+    Poll,
+    /// Nothing is due.
+    Nothing,
+    /// Nothing is due before a handler received within [`LINGER`] either
+    /// returns or lingers no longer: look again then.
+    Lingering,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -656,26 +678,45 @@ impl Inner {
             }
             let session = self.session_id().await?;
             let wait_ms = self.wait_ms().await;
-            if !self.send_next(&session, wait_ms) {
-                self.wake.notified().await;
+            match self.send_next(&session, wait_ms) {
+                Sent::Poll => {}
+                Sent::Nothing => self.wake.notified().await,
+                Sent::Lingering => {
+                    tokio::select! {
+                        biased;
+                        () = self.wake.notified() => {}
+                        () = tokio::time::sleep(LINGER) => {}
+                    }
+                }
             }
         }
     }
 
-    /// Sends the next poll if one is due; false when there is nothing to do.
-    fn send_next(self: &Arc<Self>, session: &str, wait_ms: u64) -> bool {
-        let running = self.held().values().filter(|h| !h.done).count();
+    /// Sends the next poll if one is due.
+    fn send_next(self: &Arc<Self>, session: &str, wait_ms: u64) -> Sent {
+        let (running, lingering) = {
+            let held = self.held();
+            let mut running = 0;
+            let mut lingering = 0;
+            for h in held.values().filter(|h| !h.done) {
+                running += 1;
+                if h.received.elapsed() < LINGER {
+                    lingering += 1;
+                }
+            }
+            (running, lingering)
+        };
         let mut flow = self.flow();
         let free = self.max_tasks.saturating_sub(running + flow.reserved);
         let mut outbox = self.outbox();
-        if !outbox.is_empty() && flow.quick < QUICK_MAX {
+        if !outbox.is_empty() && (flow.long < LONG_MAX || flow.quick < QUICK_MAX) {
             if free == 0 || !self.results_on_poll.load(Ordering::SeqCst) {
                 // No slot to ask for (or no polls to ride on): report these
                 // with the result call.
                 for ready in outbox.drain(..) {
                     self.report_alone(ready.result);
                 }
-                return true;
+                return Sent::Poll;
             }
             let mut carried = Vec::new();
             let mut bytes = 0;
@@ -691,44 +732,47 @@ impl Inner {
                 }
             }
             drop(outbox);
-            // It may wait only when no other poll is waiting at the server.
-            let long = flow.long == 0;
-            if long {
+            // It waits at the server as one of the waiting polls when there
+            // is room for one more, and asks for their share of the free
+            // slots; otherwise it does not wait and asks for them all.
+            let (wait, ask, long) = if flow.long < LONG_MAX {
+                let ask = free.div_ceil(LONG_MAX - flow.long);
                 flow.long += 1;
+                (wait_ms.min(CARRY_WAIT_MS_MAX), ask, Some(flow.next_call()))
             } else {
                 flow.quick += 1;
-            }
-            flow.reserved += free;
-            let wait = if long {
-                wait_ms.min(CARRY_WAIT_MS_MAX)
-            } else {
-                0
+                (0, free, None)
             };
-            let long = long.then_some(flow.next_call());
-            tokio::spawn(Arc::clone(self).exchange(session.to_owned(), carried, free, wait, long));
-            return true;
-        }
-        if outbox.is_empty() && flow.long < LONG_MAX && free > 0 {
-            // The free slots are shared among the polls that may still be
-            // sent, so that several wait at the server: a task the server
-            // makes due is handed to a waiting poll in the commit that made
-            // it due, instead of waiting for the next poll and a commit of
-            // its own.
-            let ask = free.div_ceil(LONG_MAX - flow.long);
-            flow.long += 1;
             flow.reserved += ask;
-            let number = flow.next_call();
-            let call = tokio::spawn(Arc::clone(self).exchange(
-                session.to_owned(),
-                Vec::new(),
-                ask,
-                wait_ms,
-                Some(number),
-            ));
-            flow.long_aborts.insert(number, call.abort_handle());
-            return true;
+            tokio::spawn(Arc::clone(self).exchange(session.to_owned(), carried, ask, wait, long));
+            return Sent::Poll;
         }
-        false
+        if !outbox.is_empty() || flow.long >= LONG_MAX || free == 0 {
+            return Sent::Nothing;
+        }
+        if flow.long + lingering >= LONG_MAX {
+            // The results of the tasks just received will take these
+            // places (see `LINGER`).
+            return Sent::Lingering;
+        }
+        // The free slots are shared among the polls that may still be
+        // sent, so that several wait at the server: a task the server
+        // makes due is handed to a waiting poll in the commit that made it
+        // due, instead of waiting for the next poll and a commit of its
+        // own.
+        let ask = free.div_ceil(LONG_MAX - flow.long);
+        flow.long += 1;
+        flow.reserved += ask;
+        let number = flow.next_call();
+        let call = tokio::spawn(Arc::clone(self).exchange(
+            session.to_owned(),
+            Vec::new(),
+            ask,
+            wait_ms,
+            Some(number),
+        ));
+        flow.long_aborts.insert(number, call.abort_handle());
+        Sent::Poll
     }
 
     /// One poll: carries `carried` results, asks for `ask` tasks, starts
@@ -973,6 +1017,7 @@ impl Inner {
                 supervisor: supervisor.abort_handle(),
                 stopped: None,
                 done: false,
+                received: tokio::time::Instant::now(),
             },
         );
     }
