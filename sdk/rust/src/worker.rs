@@ -694,13 +694,15 @@ impl Inner {
 
     /// Sends the next poll if one is due.
     fn send_next(self: &Arc<Self>, session: &str, wait_ms: u64) -> Sent {
+        // A result reported with its own call takes no poll's place.
+        let on_poll = self.results_on_poll.load(Ordering::SeqCst);
         let (running, lingering) = {
             let held = self.held();
             let mut running = 0;
             let mut lingering = 0;
             for h in held.values().filter(|h| !h.done) {
                 running += 1;
-                if h.received.elapsed() < LINGER {
+                if on_poll && h.received.elapsed() < LINGER {
                     lingering += 1;
                 }
             }
@@ -710,7 +712,7 @@ impl Inner {
         let free = self.max_tasks.saturating_sub(running + flow.reserved);
         let mut outbox = self.outbox();
         if !outbox.is_empty() && (flow.long < LONG_MAX || flow.quick < QUICK_MAX) {
-            if free == 0 || !self.results_on_poll.load(Ordering::SeqCst) {
+            if free == 0 || !on_poll {
                 // No slot to ask for (or no polls to ride on): report these
                 // with the result call.
                 for ready in outbox.drain(..) {
