@@ -295,9 +295,9 @@ impl Engine {
     pub fn evict_idle_now(&mut self) -> Vec<String> {
         let ids: Vec<String> = self
             .executions
-            .keys()
+            .sorted_ids()
+            .into_iter()
             .filter(|id| self.evictable(id, 0))
-            .cloned()
             .collect();
         for id in &ids {
             self.evict(id);

@@ -108,7 +108,7 @@ impl Engine {
         exec_id: Option<&str>,
         scope: Option<&IdempotencyScope>,
     ) -> bool {
-        let exec = exec_id.filter(|x| !self.executions.contains_key(*x));
+        let exec = exec_id.filter(|x| !self.executions.contains_key(x));
         let key = scope.map(|s| s.key.as_str());
         let need_exec = exec.is_some_and(|x| {
             !self.loads.known.absent.contains(x) && !self.loads.known.foreign.contains_key(x)

@@ -16,6 +16,7 @@ mod idle;
 mod ids;
 mod input;
 mod load;
+mod memory;
 mod parts;
 mod planted;
 mod reads;
@@ -47,7 +48,7 @@ pub use shared::{ClaimId, SendId, INBOX_REQUESTS};
 
 use crate::history::Millis;
 use load::Loads;
-use state::Exec;
+use memory::Executions;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// How often time-based rules are checked at most (`runtime.md`: every
@@ -106,9 +107,8 @@ pub struct Engine {
     out: Vec<Effect>,
     last_wake: Option<Millis>,
     ordinal: u64,
-    /// Executions in memory, by id (boxed: a map node holds eleven, and
-    /// an insert or removal moves its neighbours).
-    executions: BTreeMap<String, Box<Exec>>,
+    /// Executions in memory, by id.
+    executions: Executions,
     /// Executions to decide again before the next batch.
     dirty: BTreeSet<String>,
     /// (time, execution) of every timer, retry and deadline due.
@@ -165,7 +165,7 @@ impl Engine {
             out: Vec::new(),
             last_wake: None,
             ordinal: 0,
-            executions: BTreeMap::new(),
+            executions: Executions::default(),
             dirty: BTreeSet::new(),
             wakes: BTreeSet::new(),
             ticked_at: 0,

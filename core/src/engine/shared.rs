@@ -1277,11 +1277,9 @@ impl Engine {
     /// whether they exist, and kept, they would stand in for the children
     /// the adopted parent decides to start (seeds 0x4c, 0x1245).
     fn give_up_uncreated_children(&mut self, parent: &str) {
-        let prefix = format!("{parent}.");
         let uncreated: Vec<String> = self
             .executions
-            .range(prefix.clone()..)
-            .take_while(|(id, _)| id.starts_with(&prefix))
+            .children_of(parent)
             .filter(|(_, e)| e.proj.last_seq == 0)
             .map(|(id, _)| id.clone())
             .collect();
@@ -1376,12 +1374,13 @@ impl Engine {
         // Waiting for definitions to be adopted: no longer this node's to
         // adopt (the reclaim after the drop takes back what still is).
         self.shared.unadopted.clear();
-        let owned: Vec<String> = self
+        let mut owned: Vec<String> = self
             .executions
             .iter()
             .filter(|(_, e)| e.epoch.is_some())
             .map(|(id, _)| id.clone())
             .collect();
+        owned.sort_unstable();
         for id in owned {
             self.give_up(&id, reason);
         }
