@@ -8,6 +8,7 @@ use super::input::{Request, RequestId};
 use super::state::{ParkedPoll, ParkedWait, Queued, Session, TokenRef};
 use super::txn::Txn;
 use crate::history::Millis;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -33,8 +34,10 @@ pub(super) struct Registry {
 pub(super) struct Work {
     /// Live worker sessions by id.
     pub sessions: BTreeMap<String, Session>,
-    /// Tokens of attempts in flight.
-    pub tokens: BTreeMap<String, TokenRef>,
+    /// Tokens of attempts in flight (hashed with a fixed hasher: looked up
+    /// on every poll, result and listing; the loops over all of them do not
+    /// depend on their order).
+    pub tokens: FxHashMap<String, TokenRef>,
     /// Hand-outs no worker has confirmed yet (listed in a poll or a
     /// heartbeat), fresh or recovered from the store, by the time they were
     /// handed out or recovered: one still unconfirmed a session timeout
