@@ -656,8 +656,8 @@ async fn results_ride_on_polls_and_are_retried_until_answered() {
     handle.await.unwrap().unwrap();
 }
 
-#[tokio::test]
-async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
+/// A fake server that parks polls for 5 s and holds one task, `tok-1`.
+async fn parked_with_one_task() -> Fake {
     let proto = Arc::new(Proto::default());
     proto.park_ms.store(5_000, Ordering::SeqCst);
     proto
@@ -665,7 +665,12 @@ async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
         .lock()
         .unwrap()
         .push_back(task("tok-1", "demo.work"));
-    let fake = fake(&proto).await;
+    fake(&proto).await
+}
+
+#[tokio::test]
+async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
+    let fake = parked_with_one_task().await;
     let finished = Arc::new(Mutex::new(None));
     let f = Arc::clone(&finished);
     // Eight slots: four polls wait at the server (two slots each), and one
@@ -709,14 +714,7 @@ async fn a_finished_result_does_not_wait_behind_a_parked_poll() {
 
 #[tokio::test]
 async fn a_quick_result_rides_on_a_waiting_poll_instead_of_a_poll_of_its_own() {
-    let proto = Arc::new(Proto::default());
-    proto.park_ms.store(5_000, Ordering::SeqCst);
-    proto
-        .tasks
-        .lock()
-        .unwrap()
-        .push_back(task("tok-1", "demo.work"));
-    let fake = fake(&proto).await;
+    let fake = parked_with_one_task().await;
     let worker = on_poll("w-1")
         .poll_wait(Duration::from_secs(10))
         .handler("demo.work", |_t: Task| async { Ok(json!(1)) })
