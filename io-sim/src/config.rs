@@ -275,6 +275,10 @@ pub struct SimConfig {
     /// (the payment model then counts each key's effects: at least once,
     /// never lost).
     pub undeduplicated_workers: usize,
+    /// How many of the workers (the last ones) send their results on their
+    /// next poll, handled with it as one (`Input::Requests`), as the SDKs
+    /// do, instead of one call per result.
+    pub carrying_workers: usize,
     /// The server's `--max-active-executions` (admission cap), if any.
     pub max_active_executions: Option<u64>,
     /// How long the server keeps Idempotency-Key records, in ms.
@@ -330,6 +334,7 @@ impl SimConfig {
             idempotency_key_probability: p(&mut rng, 0.8),
             fault_kinds: None,
             undeduplicated_workers: 0,
+            carrying_workers: 0,
             max_active_executions: None,
             idempotency_ttl_ms: 24 * 3600 * 1000,
             commits_in_flight: 2,
@@ -627,6 +632,10 @@ impl SimConfig {
             c.finished_cache = rng.between(0, 4) as usize;
             c.evict_now_probability = (rng.float(0.001, 0.2) * 1000.0).round() / 1000.0;
         }
+        // Last of all: workers that send their results on their next poll.
+        if rng.chance(0.5) {
+            c.carrying_workers = rng.between(1, c.workers as u64) as usize;
+        }
         c
     }
 
@@ -665,6 +674,7 @@ impl fmt::Display for SimConfig {
             "undeduplicated_workers = {}",
             self.undeduplicated_workers
         )?;
+        writeln!(f, "carrying_workers = {}", self.carrying_workers)?;
         match self.max_active_executions {
             Some(m) => writeln!(f, "max_active_executions = {m}")?,
             None => writeln!(f, "max_active_executions = none")?,

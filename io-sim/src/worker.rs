@@ -46,6 +46,8 @@ pub(crate) struct Worker {
     held: BTreeMap<String, Held>,
     control: Option<(u64, Control)>,
     results: BTreeMap<u64, String>,
+    /// Results waiting to ride on the next poll (a carrying worker).
+    carry: Vec<(String, Outcome)>,
     last_heartbeat: Millis,
     next_req: u64,
     /// Shutting down gracefully: no new polls; unregister once nothing is
@@ -63,6 +65,7 @@ impl Worker {
             held: BTreeMap::new(),
             control: None,
             results: BTreeMap::new(),
+            carry: Vec::new(),
             last_heartbeat: 0,
             next_req: 0,
             draining: false,
@@ -90,11 +93,20 @@ fn output_for(task: &Task) -> Value {
 
 impl World {
     fn worker_request(&mut self, w: usize, request: Request, timeout: Millis) -> u64 {
-        let wk = &mut self.workers[w];
-        wk.next_req += 1;
-        let req = wk.next_req;
+        let req = self.next_worker_req(w);
         self.send(Actor::Worker(w), req, request, timeout);
         req
+    }
+
+    fn next_worker_req(&mut self, w: usize) -> u64 {
+        let wk = &mut self.workers[w];
+        wk.next_req += 1;
+        wk.next_req
+    }
+
+    /// Whether worker `w` sends its results on its next poll.
+    fn carries(&self, w: usize) -> bool {
+        w >= self.cfg.workers.saturating_sub(self.cfg.carrying_workers)
     }
 
     fn wake_worker(&mut self, w: usize, delay: Millis) {
@@ -159,6 +171,29 @@ impl World {
         };
         if kind == Control::Heartbeat {
             self.workers[w].last_heartbeat = self.now;
+        }
+        let carried = std::mem::take(&mut self.workers[w].carry);
+        if kind != Control::Poll {
+            for (token, outcome) in carried {
+                self.send_result(w, &token, outcome);
+            }
+        } else if !carried.is_empty() {
+            // The results and the poll in one message, handled as one.
+            let mut requests = Vec::with_capacity(carried.len() + 1);
+            for (token, outcome) in carried {
+                let req = self.next_worker_req(w);
+                self.workers[w].results.insert(req, token.clone());
+                let request = Request::Result {
+                    token,
+                    outcome,
+                    patterns: None,
+                };
+                requests.push((req, request, 2000));
+            }
+            let req = self.next_worker_req(w);
+            requests.push((req, request, timeout));
+            self.workers[w].control = Some((req, kind));
+            return self.send_together(Actor::Worker(w), requests);
         }
         let req = self.worker_request(w, request, timeout);
         self.workers[w].control = Some((req, kind));
@@ -379,6 +414,10 @@ impl World {
             self.workers[w].control = None;
             self.hang_up(Actor::Worker(w), req);
         }
+        // No more polls: what waited for one is reported alone.
+        for (token, outcome) in std::mem::take(&mut self.workers[w].carry) {
+            self.send_result(w, &token, outcome);
+        }
         self.wake_worker(w, 0);
     }
 
@@ -423,15 +462,28 @@ impl World {
             .entry(token.to_owned())
             .or_default()
             .push(report);
+        let wk = &self.workers[w];
+        let carry = self.carries(w) && !wk.draining && wk.session.is_some();
         for _ in 0..copies {
-            let request = Request::Result {
-                token: token.to_owned(),
-                outcome: outcome.clone(),
-                patterns: None,
-            };
-            let req = self.worker_request(w, request, 2000);
-            self.workers[w].results.insert(req, token.to_owned());
+            if carry {
+                self.workers[w]
+                    .carry
+                    .push((token.to_owned(), outcome.clone()));
+            } else {
+                self.send_result(w, token, outcome.clone());
+            }
         }
+    }
+
+    /// Sends one result with a call of its own.
+    fn send_result(&mut self, w: usize, token: &str, outcome: Outcome) {
+        let request = Request::Result {
+            token: token.to_owned(),
+            outcome,
+            patterns: None,
+        };
+        let req = self.worker_request(w, request, 2000);
+        self.workers[w].results.insert(req, token.to_owned());
     }
 
     fn result_answered(&mut self, w: usize, token: &str, response: Response) {
@@ -498,6 +550,7 @@ impl World {
         wk.held.clear();
         wk.control = None;
         wk.results.clear();
+        wk.carry.clear();
         let delay = self.rng.between(500, self.cfg.session_timeout_ms * 2);
         self.at(delay, Ev::WorkerRestart { w });
     }

@@ -57,6 +57,13 @@ pub(crate) enum Ev {
         req: u64,
         request: Request,
     },
+    /// Requests sent in one message, handled as one (a worker's results
+    /// and its next poll).
+    ToServerTogether {
+        node: usize,
+        from: Actor,
+        requests: Vec<(u64, Request)>,
+    },
     ToActor {
         to: Actor,
         req: u64,
@@ -167,6 +174,7 @@ impl Ev {
             Ev::Cluster(_) => 21,
             Ev::CreatesRefused { .. } => 22,
             Ev::Shared(_) => 23,
+            Ev::ToServerTogether { .. } => 24,
         }
     }
 }
@@ -507,6 +515,14 @@ impl World {
                 self.focus = node;
                 self.deliver_to_server(from, req, request);
             }
+            Ev::ToServerTogether {
+                node,
+                from,
+                requests,
+            } => {
+                self.focus = node;
+                self.deliver_together(from, requests);
+            }
             Ev::ToActor { to, req, response } => {
                 self.record_reply(to, req, &response);
                 match to {
@@ -627,6 +643,51 @@ impl World {
                 from,
                 req,
                 request,
+            },
+        );
+    }
+
+    /// Sends `requests` in one message (lost, duplicated or delayed as a
+    /// whole), each with its own timeout.
+    pub(crate) fn send_together(&mut self, from: Actor, requests: Vec<(u64, Request, Millis)>) {
+        for (req, _, timeout_ms) in &requests {
+            self.at(
+                *timeout_ms,
+                Ev::Timeout {
+                    actor: from,
+                    req: *req,
+                },
+            );
+        }
+        if self.cut_off(from) {
+            return;
+        }
+        let node = self.route(from);
+        if self.faults_on && self.rng.chance(self.cfg.faults.net_loss_probability) {
+            self.stats.fault("request_lost");
+            return;
+        }
+        let requests: Vec<(u64, Request)> =
+            requests.into_iter().map(|(req, r, _)| (req, r)).collect();
+        if self.faults_on && self.rng.chance(self.cfg.faults.net_duplicate_probability) {
+            self.stats.fault("request_duplicated");
+            let d = self.delay();
+            self.at(
+                d,
+                Ev::ToServerTogether {
+                    node,
+                    from,
+                    requests: requests.clone(),
+                },
+            );
+        }
+        let d = self.delay();
+        self.at(
+            d,
+            Ev::ToServerTogether {
+                node,
+                from,
+                requests,
             },
         );
     }
@@ -1040,6 +1101,15 @@ fn describe(ev: &Ev) -> String {
             let text = format!("{request:?}");
             let short: String = text.chars().take(160).collect();
             format!("net -> server {node} from {from:?}#{req}: {short}")
+        }
+        Ev::ToServerTogether {
+            node,
+            from,
+            requests,
+        } => {
+            let text = format!("{requests:?}");
+            let short: String = text.chars().take(160).collect();
+            format!("net -> server {node} from {from:?}, together: {short}")
         }
         Ev::ToActor { to, req, response } => {
             let body = response.body.to_string();

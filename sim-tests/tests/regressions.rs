@@ -566,3 +566,24 @@ fn finding_27_a_late_success_recorded_earlier_with_evictions() {
 fn finding_28_an_empty_poll_answered_earlier_with_evictions() {
     passes(0x1e8669, Scenario::EvictionInvisible);
 }
+
+/// Finding 29 (while results began to ride on polls handled together with
+/// them): a carrying worker reported the result that ended a child twice
+/// in one poll; the write failed, but the second copy had been judged on
+/// the first's uncommitted success and answered `unknown token` at once, so
+/// the worker dropped a result that never landed and the parent waited for
+/// ever (0xf8, `c1-e1.kids.0`). Answers of requests handled together now
+/// all wait for their write.
+#[test]
+fn finding_29_a_judgment_on_an_uncommitted_result_waits_for_its_write() {
+    passes(0xf8, Scenario::Swarm);
+}
+
+/// Finding 30 (same change): a result for an evicted execution, carried
+/// on a poll, was read back alone while the poll went ahead, so the run
+/// with eviction answered the worker in another order (0x8). The requests
+/// of a poll now wait together for what they need read back.
+#[test]
+fn finding_30_results_carried_on_a_poll_read_back_together() {
+    passes(0x8, Scenario::EvictionInvisible);
+}

@@ -43,7 +43,7 @@ impl Engine {
             self.ask_load(
                 Vec::new(),
                 vec![scope.key.clone()],
-                Some((id, request.clone())),
+                Some(super::load::Parked::One(id, request.clone())),
             );
             return Gate::Done;
         };

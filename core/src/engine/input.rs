@@ -24,6 +24,14 @@ pub enum Input {
         /// What is asked.
         request: Request,
     },
+    /// Requests that arrived together and are handled as one, in order:
+    /// what they write goes in one batch, and a poll among them can take
+    /// the tasks the others schedule (a worker's results and its next poll,
+    /// answered after one commit). Each is still answered on its own id.
+    Requests {
+        /// `(id, request)`, handled in this order.
+        requests: Vec<(RequestId, Request)>,
+    },
     /// The outcome of writing an [`super::Effect::Append`] batch.
     Stored {
         /// The batch's id.

@@ -24,7 +24,15 @@ struct Outstanding {
     /// The change counter when it was asked for.
     issued: u64,
     /// The request waiting for it (none for a load of recovery's own).
-    request: Option<(RequestId, Request)>,
+    request: Option<Parked>,
+}
+
+/// What waits for a load.
+pub(super) enum Parked {
+    /// One request.
+    One(RequestId, Request),
+    /// Requests handled together (see `together`).
+    Together(Vec<(RequestId, Request)>),
 }
 
 /// What a request re-run after its load may take as the store's word.
@@ -123,7 +131,11 @@ impl Engine {
         // half only would send the request back for the other, forever.
         let executions = exec.map(str::to_string).into_iter().collect();
         let idempotency = key.map(str::to_string).into_iter().collect();
-        self.ask_load(executions, idempotency, Some((id, request.clone())));
+        self.ask_load(
+            executions,
+            idempotency,
+            Some(Parked::One(id, request.clone())),
+        );
         true
     }
 
@@ -132,7 +144,7 @@ impl Engine {
         &mut self,
         executions: Vec<String>,
         idempotency: Vec<String>,
-        request: Option<(RequestId, Request)>,
+        request: Option<Parked>,
     ) -> LoadId {
         self.loads.next += 1;
         let load = self.loads.next;
@@ -163,7 +175,7 @@ impl Engine {
             return;
         };
         let mut known = Known::default();
-        let wants_history = matches!(done.request, Some((_, Request::History { .. })));
+        let wants_history = matches!(done.request, Some(Parked::One(_, Request::History { .. })));
         for stored in executions {
             let id = stored.execution_id.clone();
             if wants_history {
@@ -244,9 +256,12 @@ impl Engine {
         self.loads.prune();
         self.tick_read_done(load);
         self.barrier.remove(&load);
-        if let Some((id, request)) = done.request {
+        if let Some(parked) = done.request {
             self.loads.known = known;
-            self.request(id, request);
+            match parked {
+                Parked::One(id, request) => self.request(id, request),
+                Parked::Together(requests) => self.together(requests),
+            }
             self.loads.known = Known::default();
         }
     }
@@ -261,7 +276,12 @@ impl Engine {
         let Some(o) = self.loads.outstanding.get_mut(&load) else {
             return;
         };
-        if let Some((id, _)) = o.request.take() {
+        let ids = match o.request.take() {
+            Some(Parked::One(id, _)) => vec![id],
+            Some(Parked::Together(requests)) => requests.into_iter().map(|(id, _)| id).collect(),
+            None => Vec::new(),
+        };
+        for id in ids {
             let response = Response::error(503, "STORAGE_ERROR", message);
             self.reply(id, response);
         }

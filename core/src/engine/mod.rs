@@ -28,6 +28,7 @@ mod state;
 mod storage;
 mod time;
 mod timers;
+mod together;
 mod txn;
 mod worker;
 
@@ -222,6 +223,7 @@ impl Engine {
         match input {
             Input::Tick => self.tick(),
             Input::Request { id, request } => self.request(id, request),
+            Input::Requests { requests } => self.together(requests),
             Input::Stored { batch, result } => self.stored(batch, result),
             Input::Reloaded { executions } => self.reloaded(executions),
             Input::Loaded {
@@ -324,6 +326,12 @@ impl Engine {
     }
 
     fn reply(&mut self, request: RequestId, response: Response) {
+        if let Some(open) = &mut self.writes.open {
+            // Handled together with others: judged on what they proposed,
+            // so answered once that is durable (and `STORAGE_ERROR` if it
+            // never is), like every answer of the batch.
+            return open.reply(request, response, None);
+        }
         self.out.push(Effect::Reply { request, response });
     }
 

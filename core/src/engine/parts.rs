@@ -81,6 +81,9 @@ pub(super) struct Writes {
     pub batches: BTreeMap<BatchId, Txn>,
     /// Batches answered `Ambiguous`, settled by the reload under way.
     pub reloads: Vec<Txn>,
+    /// While requests that arrived together are handled: the one batch
+    /// they all write into (see `together`).
+    pub open: Option<Txn>,
 }
 
 /// Admission: executions waiting for a slot under their workflow's cap,

@@ -177,7 +177,11 @@ impl Engine {
             }
             None if !self.loads.known.absent.contains(exec_id) => {
                 let executions = vec![exec_id.to_string()];
-                self.ask_load(executions, Vec::new(), Some((id, request)));
+                self.ask_load(
+                    executions,
+                    Vec::new(),
+                    Some(super::load::Parked::One(id, request)),
+                );
                 return;
             }
             None => Response::error(

@@ -110,6 +110,10 @@ impl Engine {
                 return;
             };
             let p = &d.proj;
+            if p.status.is_terminal() {
+                // Ended by a request handled together with this one.
+                return self.reply(id, refused(UNKNOWN_TOKEN));
+            }
             let wf = &d.def.workflow;
             let Some(u) = p.units.get(&unit_name) else {
                 return self.reply(id, refused(UNKNOWN_TOKEN));

@@ -203,7 +203,11 @@ impl Engine {
                 let again = creates_to_run_again(&mut txn, &stale);
                 self.abort(txn, &message);
                 for (exec_id, rid, request) in taken {
-                    self.ask_load(vec![exec_id], Vec::new(), Some((rid, request)));
+                    self.ask_load(
+                        vec![exec_id],
+                        Vec::new(),
+                        Some(super::load::Parked::One(rid, request)),
+                    );
                 }
                 for (exec_id, rid, request) in again {
                     match self.executions.get_mut(&exec_id) {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 const ROUNDS_MAX: usize = 100_000;
 
 /// An execution's state inside a batch under construction.
+#[derive(Clone)]
 pub(crate) struct Draft {
     /// Committed projection with the proposed events applied.
     pub proj: Projection,
@@ -149,10 +150,11 @@ pub(crate) fn child_view(p: &Projection) -> ChildView {
 }
 
 impl Engine {
-    /// Adds `exec_id` to `txn` (cloning its committed state). False when it
-    /// is unknown or blocked by another batch.
+    /// Adds `exec_id` to `txn` (cloning its committed state, or taking the
+    /// open batch's draft of it). False when it is unknown or blocked by
+    /// another batch.
     pub(crate) fn draft(&self, txn: &mut Txn, exec_id: &str) -> bool {
-        if txn.drafts.contains_key(exec_id) {
+        if txn.drafts.contains_key(exec_id) || self.take_open_draft(txn, exec_id) {
             return true;
         }
         let Some(e) = self.executions.get(exec_id) else {
@@ -356,7 +358,10 @@ impl Engine {
     }
 
     /// Emits the batch (or, when it writes nothing, its replies at once).
-    pub(crate) fn submit(&mut self, mut txn: Txn) {
+    pub(crate) fn submit(&mut self, txn: Txn) {
+        let Some(mut txn) = self.join_open(txn) else {
+            return;
+        };
         if txn.is_empty() {
             for r in txn.replies {
                 self.out.push(Effect::Reply {

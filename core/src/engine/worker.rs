@@ -317,6 +317,14 @@ impl Engine {
             }
             picked.push(q.clone());
         }
+        // Then what the requests handled with this poll just scheduled.
+        let room = (max as usize).saturating_sub(picked.len());
+        picked.extend(
+            self.open_queued()
+                .into_iter()
+                .filter(|q| s.takes(&q.task))
+                .take(room),
+        );
         if picked.is_empty() {
             return false;
         }
@@ -339,7 +347,7 @@ impl Engine {
         }
         let response = Response::tasks(tasks);
         if self.planted(Bug::DispatchBeforeCommit) {
-            self.reply(request, response);
+            self.out.push(super::Effect::Reply { request, response });
             self.submit(txn);
             return true;
         }

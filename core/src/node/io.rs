@@ -58,6 +58,11 @@ pub enum NodeInput {
         /// What is asked.
         request: Request,
     },
+    /// Requests handled as one, in order (see [`crate::engine::Input::Requests`]).
+    Requests {
+        /// `(id, request)`, each echoed in its own reply.
+        requests: Vec<(RequestId, Request)>,
+    },
     /// The caller of a parked request went away.
     Abandoned {
         /// The request.

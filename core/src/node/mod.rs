@@ -140,6 +140,9 @@ impl Node {
             NodeInput::Request { id, request } => {
                 self.engine_input(now, Input::Request { id, request })
             }
+            NodeInput::Requests { requests } => {
+                self.engine_input(now, Input::Requests { requests })
+            }
             NodeInput::Abandoned { id } => self.engine_input(now, Input::Abandoned { id }),
             NodeInput::Committed { commit, result } => self.committed(now, commit, result),
             NodeInput::Loaded { load, result } => self.loaded(now, load, result),

@@ -275,6 +275,21 @@ impl World {
         id
     }
 
+    /// Sends requests to be handled as one ([`Input::Requests`]); returns
+    /// their ids, in order (the replies may come later).
+    pub fn send_together(&mut self, requests: Vec<Request>) -> Vec<RequestId> {
+        let requests: Vec<(RequestId, Request)> = requests
+            .into_iter()
+            .map(|r| {
+                self.next_request += 1;
+                (self.next_request, r)
+            })
+            .collect();
+        let ids = requests.iter().map(|(id, _)| *id).collect();
+        self.feed(Input::Requests { requests });
+        ids
+    }
+
     /// Sends a request that must be answered at once.
     pub fn call(&mut self, request: Request) -> Response {
         let id = self.send(request);

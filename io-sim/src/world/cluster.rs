@@ -248,7 +248,9 @@ impl World {
         }
         let c = self.cluster.as_ref()?;
         let node = match ev {
-            Ev::ToServer { node, .. } | Ev::Crash { node } => *node,
+            Ev::ToServer { node, .. } | Ev::ToServerTogether { node, .. } | Ev::Crash { node } => {
+                *node
+            }
             Ev::CommitDone { inc, .. } | Ev::ReloadDone { inc, .. } | Ev::Tick { inc, .. } => {
                 c.terms.get(inc)?.0
             }

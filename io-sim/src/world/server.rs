@@ -302,6 +302,37 @@ impl World {
         self.feed(NodeInput::Request { id: rid, request });
     }
 
+    /// Requests that came in one message: fed to the node together.
+    pub(crate) fn deliver_together(&mut self, from: Actor, requests: Vec<(u64, Request)>) {
+        if self.cluster.is_some() && !self.serving() {
+            for (req, _) in requests {
+                self.not_leader(from, req);
+            }
+            return;
+        }
+        let ack_early = self.bugs.ack_before_commit;
+        let Some(s) = self.servers[self.focus].as_mut() else {
+            return; // connection refused: the caller times out
+        };
+        let mut fed = Vec::with_capacity(requests.len());
+        let mut early = Vec::new();
+        for (req, request) in requests {
+            let rid = s.next_rid;
+            s.next_rid += 1;
+            s.pending.insert(rid, (from, req));
+            if ack_early && matches!(request, Request::Result { .. }) {
+                s.silenced.insert(rid);
+                early.push(req);
+            }
+            fed.push((rid, request));
+        }
+        for req in early {
+            let ack = Response::ok(200, serde_json::json!({"accepted": true}));
+            self.send_to_actor(from, req, ack);
+        }
+        self.feed(NodeInput::Requests { requests: fed });
+    }
+
     /// Performs the node's I/O.
     pub(crate) fn run_io(&mut self, ios: Vec<Io>) {
         let Some(inc) = self.server().map(|s| s.inc) else {

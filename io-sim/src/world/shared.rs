@@ -208,7 +208,7 @@ impl World {
     pub(super) fn shared_paused_target(&self, ev: &Ev) -> Option<Millis> {
         let s = self.shared.as_ref()?;
         let node = match ev {
-            Ev::ToServer { node, .. } => *node,
+            Ev::ToServer { node, .. } | Ev::ToServerTogether { node, .. } => *node,
             Ev::CommitDone { inc, .. }
             | Ev::ReloadDone { inc, .. }
             | Ev::Tick { inc, .. }

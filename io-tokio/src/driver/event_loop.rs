@@ -161,6 +161,14 @@ impl EventLoop {
                         self.replies.insert(id, reply);
                         self.feed(NodeInput::Request { id, request });
                     }
+                    Some(Command::Requests(sent)) => {
+                        let mut requests = Vec::with_capacity(sent.len());
+                        for (id, request, reply) in sent {
+                            self.replies.insert(id, reply);
+                            requests.push((id, request));
+                        }
+                        self.feed(NodeInput::Requests { requests });
+                    }
                     Some(Command::Abandon(id)) => {
                         if self.replies.remove(&id).is_some() {
                             self.feed(NodeInput::Abandoned { id });

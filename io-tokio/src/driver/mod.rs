@@ -81,6 +81,8 @@ pub(crate) enum Command {
         request: Request,
         reply: oneshot::Sender<Response>,
     },
+    /// Requests handled as one batch, in order (`NodeInput::Requests`).
+    Requests(Vec<(RequestId, Request, oneshot::Sender<Response>)>),
     Abandon(RequestId),
     Shutdown(oneshot::Sender<()>),
 }
@@ -271,39 +273,75 @@ impl Driver {
     /// Sends `request` to the engine and waits for its reply. If this future
     /// is dropped first (the client went away), the engine is told.
     pub async fn call(&self, request: Request) -> Response {
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let session = session_of(&request).map(str::to_owned);
-        if let Some(id) = &session {
-            self.shared.metrics.session_seen(id, self.now());
+        let mut responses = self.send(vec![request], false).await;
+        responses.pop().unwrap_or_else(shutting_down)
+    }
+
+    /// Sends `requests` to the engine to be handled as one, in order (what
+    /// they write goes in one batch, and a poll last among them can take
+    /// the tasks the others schedule), and waits for every reply; one
+    /// response per request, in order. A worker's results and its next poll
+    /// go this way.
+    pub async fn call_together(&self, requests: Vec<Request>) -> Vec<Response> {
+        self.send(requests, true).await
+    }
+
+    async fn send(&self, requests: Vec<Request>, together: bool) -> Vec<Response> {
+        let count = requests.len();
+        let mut sessions = Vec::with_capacity(count);
+        let mut sent = Vec::with_capacity(count);
+        let mut replies = Vec::with_capacity(count);
+        for request in requests {
+            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            let session = session_of(&request).map(str::to_owned);
+            if let Some(id) = &session {
+                self.shared.metrics.session_seen(id, self.now());
+            }
+            sessions.push(session);
+            sent.push((id, request, tx));
+            replies.push((id, rx));
         }
-        if self
-            .shared
-            .commands
-            .send(Command::Request {
-                id,
-                request,
-                reply: tx,
+        let command = if together {
+            Command::Requests(sent)
+        } else {
+            let Some((id, request, reply)) = sent.pop() else {
+                return Vec::new();
+            };
+            Command::Request { id, request, reply }
+        };
+        if self.shared.commands.send(command).is_err() {
+            return (0..count).map(|_| shutting_down()).collect();
+        }
+        let mut guards: Vec<AbandonGuard> = replies
+            .iter()
+            .map(|(id, _)| AbandonGuard {
+                id: *id,
+                commands: self.shared.commands.clone(),
+                armed: true,
             })
-            .is_err()
-        {
-            return shutting_down();
+            .collect();
+        let mut responses = Vec::with_capacity(count);
+        for (((_, rx), guard), session) in replies.into_iter().zip(&mut guards).zip(sessions) {
+            let response = rx.await;
+            guard.armed = false;
+            let Ok(response) = response else {
+                responses.push(shutting_down());
+                continue;
+            };
+            self.observe(session.as_deref(), &response);
+            responses.push(response);
         }
-        let mut guard = AbandonGuard {
-            id,
-            commands: self.shared.commands.clone(),
-            armed: true,
-        };
-        let response = rx.await;
-        guard.armed = false;
-        let Ok(response) = response else {
-            return shutting_down();
-        };
+        responses
+    }
+
+    /// Notes in the metrics what a reply says of a worker session.
+    fn observe(&self, session: Option<&str>, response: &Response) {
         let metrics = &self.shared.metrics;
         let now = self.now();
-        match (&session, response.status) {
+        match (session, response.status) {
             (Some(id), 404) => metrics.session_gone(id),
-            (Some(id), 200) if unregisters(&response) => metrics.session_gone(id),
+            (Some(id), 200) if unregisters(response) => metrics.session_gone(id),
             (Some(id), _) => metrics.session_seen(id, now),
             (None, 200) => {
                 if let Some(new) = response.body.get("session_id").and_then(|v| v.as_str()) {
@@ -312,7 +350,6 @@ impl Driver {
             }
             _ => {}
         }
-        response
     }
 
     /// Committed events of every execution, as they become durable.

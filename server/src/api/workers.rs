@@ -91,13 +91,6 @@ pub async fn poll(
             .map_err(|e| ApiError::invalid(format!("results[{i}]: {}", e.message)))?;
         results.push((r.token, outcome));
     }
-    // Each result goes to the engine as its own request, all at once (they
-    // commit together in the next group commit), and each is answered only
-    // after its commit. A poll that may wait goes first: found nothing
-    // queued, it is parked by the time the results are recorded, so a task
-    // one of them schedules is handed to it in the same batch — the result,
-    // the next step and its dispatch share one commit. A poll that may not
-    // wait goes after the results, so it still finds what they scheduled.
     let patterns = caller
         .filter(|c| c.role == Role::Worker)
         .map(|c| c.0.task_patterns);
@@ -108,27 +101,50 @@ pub async fn poll(
         wait_ms,
         held: body.held,
     };
-    let recorded = futures_util::future::join_all(results.into_iter().map(|(token, outcome)| {
-        let driver = &state.driver;
-        let patterns = patterns.clone();
-        async move {
-            let r = driver
-                .call(Request::Result {
-                    token: token.clone(),
-                    outcome,
-                    patterns,
-                })
-                .await;
-            result_answer(token, r)
-        }
-    }));
-    let (mut polled, answers) = if wait_ms > 0 {
-        // `join` polls its first future first: the poll's request is sent
-        // before the results'.
-        futures_util::future::join(state.driver.call(poll), recorded).await
+    let tokens: Vec<String> = results.iter().map(|(t, _)| t.clone()).collect();
+    let recorded: Vec<Request> = results
+        .into_iter()
+        .map(|(token, outcome)| Request::Result {
+            token,
+            outcome,
+            patterns: patterns.clone(),
+        })
+        .collect();
+    let (mut polled, answers) = if recorded.is_empty() {
+        (state.driver.call(poll).await, Vec::new())
+    } else if state.driver.membership().is_none() {
+        // The results, then the poll, handled as one: each result is
+        // recorded exactly as alone, and the poll takes what is queued and
+        // what they schedule, all in one commit after which every answer
+        // goes out.
+        let mut requests = recorded;
+        requests.push(poll);
+        let mut responses = state.driver.call_together(requests).await;
+        let polled = responses.pop().unwrap_or_else(|| {
+            orbit_core::engine::Response::error(503, "SHUTTING_DOWN", "the server is shutting down")
+        });
+        (polled, answers_of(tokens, responses))
     } else {
-        let answers = recorded.await;
-        (state.driver.call(poll).await, answers)
+        // Shared mode claims tasks from the database's queue, which the
+        // results' tasks reach only once committed. A poll that may wait
+        // goes first: parked, it is woken when they are. One that may not
+        // wait goes after the results, so it still finds what they
+        // scheduled.
+        let recorded = futures_util::future::join_all(
+            recorded
+                .into_iter()
+                .map(|request| state.driver.call(request)),
+        );
+        if wait_ms > 0 {
+            // `join` polls its first future first: the poll's request is
+            // sent before the results'.
+            let (polled, responses) =
+                futures_util::future::join(state.driver.call(poll), recorded).await;
+            (polled, answers_of(tokens, responses))
+        } else {
+            let responses = recorded.await;
+            (state.driver.call(poll).await, answers_of(tokens, responses))
+        }
     };
     if !answers.is_empty() {
         let slot = if (200..300).contains(&polled.status) {
@@ -144,6 +160,18 @@ pub async fn poll(
         }
     }
     Ok(respond(polled))
+}
+
+/// The answers to carried results, in the order they came.
+fn answers_of(
+    tokens: Vec<String>,
+    responses: Vec<orbit_core::engine::Response>,
+) -> Vec<serde_json::Value> {
+    tokens
+        .into_iter()
+        .zip(responses)
+        .map(|(token, r)| result_answer(token, r))
+        .collect()
 }
 
 /// One carried result's answer: `{"token", "status", ...}` with the result
