@@ -54,17 +54,9 @@ pub struct SqliteStore {
     readers: SqlitePool,
 }
 
-/// Rows per multi-row statement for `remaining` rows: the largest power of
-/// two up to 128, so a commit of any size uses at most eight distinct
-/// statements per table, each prepared once and cached by the connection.
-fn chunk_len(remaining: usize) -> usize {
-    const MAX: usize = 128;
-    if remaining >= MAX {
-        MAX
-    } else {
-        1 << remaining.ilog2()
-    }
-}
+/// Rows per `INSERT ... VALUES` statement of a commit's write (SQLite
+/// caps a `VALUES` list at 500 rows).
+const CHUNK_ROWS: usize = 128;
 
 impl SqliteStore {
     /// Opens (creating if needed) the database and runs the migrations.
@@ -129,8 +121,7 @@ impl SqliteStore {
         if !tx.appends.is_empty() || !tx.inbox_consumed.is_empty() {
             let statuses = Self::check(conn, tx).await?;
             if !tx.appends.is_empty() {
-                Self::write_events(conn, &tx.appends).await?;
-                Self::write_projections(conn, &tx.appends, &statuses).await?;
+                Self::write_appends(conn, &tx.appends, &statuses).await?;
             }
         }
         if !tx.definitions.is_empty() {
@@ -222,50 +213,24 @@ impl SqliteStore {
         Ok(statuses)
     }
 
-    /// Every event of every append, in multi-row `INSERT ... VALUES`
-    /// statements of [`chunk_len`] rows (values bound directly: no JSON
-    /// round trip inside SQLite).
-    async fn write_events(
+    /// The events and the projection rows of every append, sent to SQLite
+    /// as one multi-statement call. Each statement handed to the writer
+    /// connection is a round trip to its thread, which under load costs
+    /// more than the statement itself; this way a commit's appends cost
+    /// one, however many rows they hold. The statements differ from commit
+    /// to commit (their row counts), so they are not kept prepared.
+    async fn write_appends(
         conn: &mut sqlx::SqliteConnection,
         appends: &[Append],
+        stored: &BTreeMap<String, String>,
     ) -> Result<(), StorageError> {
-        let count: usize = appends.iter().map(|a| a.events.len()).sum();
-        if count == 0 {
-            return Ok(());
-        }
-        let mut rows = Vec::with_capacity(count);
-        for append in appends {
-            for event in append.events.iter() {
-                let body = encode(event)?;
-                let ty = type_of(&body);
-                rows.push((
-                    append.execution_id.as_str(),
-                    to_i64(event.seq),
-                    to_i64(event.at),
-                    ty,
-                    body,
-                ));
-            }
-        }
-        let mut result = Ok(());
-        let mut rest = rows.as_slice();
-        while !rest.is_empty() && result.is_ok() {
-            let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
-            rest = tail;
-            let mut insert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO events (execution_id, seq, at, type, body) ",
-            );
-            insert.push_values(chunk, |mut row, (id, seq, at, ty, body)| {
-                row.push_bind(*id)
-                    .push_bind(*seq)
-                    .push_bind(*at)
-                    .push_bind(ty.as_str())
-                    .push_bind(body.as_str());
-            });
-            result = insert.build().execute(&mut *conn).await.map(|_| ());
-        }
-        match result {
-            Ok(()) => Ok(()),
+        let events = event_rows(appends)?;
+        let rows = projection_rows(appends, stored)?;
+        let mut sql = QueryBuilder::<Sqlite>::new("");
+        push_events(&mut sql, &events);
+        push_projections(&mut sql, &rows);
+        match sql.build().persistent(false).execute(&mut *conn).await {
+            Ok(_) => Ok(()),
             Err(e)
                 if e.as_database_error()
                     .is_some_and(|d| d.is_unique_violation()) =>
@@ -291,115 +256,6 @@ impl SqliteStore {
             }
             Err(e) => Err(unavailable(e)),
         }
-    }
-
-    /// The projection upserts of all the appends, in multi-row statements
-    /// of [`chunk_len`] rows; for an execution appended twice the last
-    /// append's projection wins. `stored` holds the status of each row
-    /// already there: a row whose status stays the same gets the lean
-    /// update, which names no indexed column, so SQLite leaves every index
-    /// of the table alone (it picks the indexes to rewrite by the columns a
-    /// statement sets, not by whether their values change).
-    async fn write_projections(
-        conn: &mut sqlx::SqliteConnection,
-        appends: &[Append],
-        stored: &BTreeMap<String, String>,
-    ) -> Result<(), StorageError> {
-        let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
-        for append in appends {
-            last.insert(append.execution_id.as_str(), append);
-        }
-        let (lean, full): (Vec<&Append>, Vec<&Append>) = last.into_values().partition(|a| {
-            stored
-                .get(&a.execution_id)
-                .is_some_and(|s| *s == a.projection.status)
-        });
-        let mut rest = lean.as_slice();
-        while !rest.is_empty() {
-            let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
-            rest = tail;
-            let mut update = QueryBuilder::<Sqlite>::new(
-                "WITH new (id, updated_at, last_seq, owner_node, owner_epoch) AS (",
-            );
-            update.push_values(chunk, |mut row, append| {
-                let (owner_node, owner_epoch) = owner(append);
-                row.push_bind(append.execution_id.as_str())
-                    .push_bind(to_i64(append.projection.updated_at))
-                    .push_bind(to_i64(last_seq(append)))
-                    .push_bind(owner_node)
-                    .push_bind(to_i64(owner_epoch));
-            });
-            update.push(
-                ") UPDATE executions SET updated_at = new.updated_at, last_seq = new.last_seq, \
-                 owner_node = new.owner_node, owner_epoch = new.owner_epoch \
-                 FROM new WHERE executions.id = new.id",
-            );
-            update
-                .build()
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-        }
-        struct Row<'a> {
-            append: &'a Append,
-            input: String,
-            output: Option<String>,
-            error: Option<String>,
-        }
-        let mut rows = Vec::with_capacity(full.len());
-        for append in full {
-            let p = &append.projection;
-            rows.push(Row {
-                append,
-                input: encode(&p.input)?,
-                output: p.output.as_ref().map(encode).transpose()?,
-                error: p.error.as_ref().map(encode).transpose()?,
-            });
-        }
-        let mut rest = rows.as_slice();
-        while !rest.is_empty() {
-            let (chunk, tail) = rest.split_at(chunk_len(rest.len()));
-            rest = tail;
-            let mut upsert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, \
-                 input, output, error, created_at, updated_at, finished_at, last_seq, \
-                 owner_node, owner_epoch) ",
-            );
-            upsert.push_values(chunk, |mut row, r| {
-                let p = &r.append.projection;
-                let (owner_node, owner_epoch) = owner(r.append);
-                row.push_bind(r.append.execution_id.as_str())
-                    .push_bind(p.workflow.as_str())
-                    .push_bind(p.version.as_str())
-                    .push_bind(p.definition_hash.as_str())
-                    .push_bind(p.status.as_str())
-                    .push_bind(p.parent.as_deref())
-                    .push_bind(r.input.as_str())
-                    .push_bind(r.output.as_deref())
-                    .push_bind(r.error.as_deref())
-                    .push_bind(to_i64(p.created_at))
-                    .push_bind(to_i64(p.updated_at))
-                    .push_bind(finished_at(p).map(to_i64))
-                    .push_bind(to_i64(last_seq(r.append)))
-                    .push_bind(owner_node)
-                    .push_bind(to_i64(owner_epoch));
-            });
-            // What an execution is (workflow, version, parent, input,
-            // creation) never changes: only what it has become is set.
-            upsert.push(
-                " ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
-                 output = excluded.output, error = excluded.error, \
-                 updated_at = excluded.updated_at, finished_at = excluded.finished_at, \
-                 last_seq = excluded.last_seq, owner_node = excluded.owner_node, \
-                 owner_epoch = excluded.owner_epoch",
-            );
-            upsert
-                .build()
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-        }
-        Ok(())
     }
 
     /// All new definitions in one statement; already registered ones are
@@ -1018,5 +874,150 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.execution("y").await.unwrap().unwrap().last_seq, 1);
+    }
+}
+
+/// One row of `events`: execution id, seq, time, type, body.
+type EventRow<'a> = (&'a str, i64, i64, String, String);
+
+/// Every event of every append, encoded.
+fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, StorageError> {
+    let mut rows = Vec::with_capacity(appends.iter().map(|a| a.events.len()).sum());
+    for append in appends {
+        for event in append.events.iter() {
+            let body = encode(event)?;
+            let ty = type_of(&body);
+            rows.push((
+                append.execution_id.as_str(),
+                to_i64(event.seq),
+                to_i64(event.at),
+                ty,
+                body,
+            ));
+        }
+    }
+    Ok(rows)
+}
+
+/// `INSERT INTO events` statements for `rows` (values bound directly: no
+/// JSON round trip inside SQLite).
+fn push_events<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [EventRow<'a>]) {
+    for chunk in rows.chunks(CHUNK_ROWS) {
+        sql.push("INSERT INTO events (execution_id, seq, at, type, body) ");
+        sql.push_values(chunk, |mut row, (id, seq, at, ty, body)| {
+            row.push_bind(*id)
+                .push_bind(*seq)
+                .push_bind(*at)
+                .push_bind(ty.as_str())
+                .push_bind(body.as_str());
+        });
+        sql.push(";\n");
+    }
+}
+
+/// The projection row of an append, with its columns encoded.
+struct ProjectionRow<'a> {
+    append: &'a Append,
+    /// Whether the stored row keeps its status (see [`push_projections`]).
+    lean: bool,
+    input: String,
+    output: Option<String>,
+    error: Option<String>,
+}
+
+/// The projection of each execution appended (for one appended twice, the
+/// last append's), and whether its stored status stays the same.
+fn projection_rows<'a>(
+    appends: &'a [Append],
+    stored: &BTreeMap<String, String>,
+) -> Result<Vec<ProjectionRow<'a>>, StorageError> {
+    let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
+    for append in appends {
+        last.insert(append.execution_id.as_str(), append);
+    }
+    let mut rows = Vec::with_capacity(last.len());
+    for append in last.into_values() {
+        let p = &append.projection;
+        let lean = stored
+            .get(&append.execution_id)
+            .is_some_and(|s| *s == p.status);
+        let (input, output, error) = if lean {
+            (String::new(), None, None)
+        } else {
+            (
+                encode(&p.input)?,
+                p.output.as_ref().map(encode).transpose()?,
+                p.error.as_ref().map(encode).transpose()?,
+            )
+        };
+        rows.push(ProjectionRow {
+            append,
+            lean,
+            input,
+            output,
+            error,
+        });
+    }
+    Ok(rows)
+}
+
+/// The projection writes: a row whose status stays the same gets the lean
+/// update, which names no indexed column, so SQLite leaves every index of
+/// the table alone (it picks the indexes to rewrite by the columns a
+/// statement sets, not by whether their values change); the others are
+/// upserted whole.
+fn push_projections<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [ProjectionRow<'a>]) {
+    let (lean, full): (Vec<&ProjectionRow>, Vec<&ProjectionRow>) =
+        rows.iter().partition(|r| r.lean);
+    for chunk in lean.chunks(CHUNK_ROWS) {
+        sql.push("WITH new (id, updated_at, last_seq, owner_node, owner_epoch) AS (");
+        sql.push_values(chunk, |mut row, r| {
+            let (owner_node, owner_epoch) = owner(r.append);
+            row.push_bind(r.append.execution_id.as_str())
+                .push_bind(to_i64(r.append.projection.updated_at))
+                .push_bind(to_i64(last_seq(r.append)))
+                .push_bind(owner_node)
+                .push_bind(to_i64(owner_epoch));
+        });
+        sql.push(
+            ") UPDATE executions SET updated_at = new.updated_at, last_seq = new.last_seq, \
+             owner_node = new.owner_node, owner_epoch = new.owner_epoch \
+             FROM new WHERE executions.id = new.id;\n",
+        );
+    }
+    for chunk in full.chunks(CHUNK_ROWS) {
+        sql.push(
+            "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, \
+             input, output, error, created_at, updated_at, finished_at, last_seq, \
+             owner_node, owner_epoch) ",
+        );
+        sql.push_values(chunk, |mut row, r| {
+            let p = &r.append.projection;
+            let (owner_node, owner_epoch) = owner(r.append);
+            row.push_bind(r.append.execution_id.as_str())
+                .push_bind(p.workflow.as_str())
+                .push_bind(p.version.as_str())
+                .push_bind(p.definition_hash.as_str())
+                .push_bind(p.status.as_str())
+                .push_bind(p.parent.as_deref())
+                .push_bind(r.input.as_str())
+                .push_bind(r.output.as_deref())
+                .push_bind(r.error.as_deref())
+                .push_bind(to_i64(p.created_at))
+                .push_bind(to_i64(p.updated_at))
+                .push_bind(finished_at(p).map(to_i64))
+                .push_bind(to_i64(last_seq(r.append)))
+                .push_bind(owner_node)
+                .push_bind(to_i64(owner_epoch));
+        });
+        // What an execution is (workflow, version, parent, input,
+        // creation) never changes: only what it has become is set.
+        sql.push(
+            " ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+             output = excluded.output, error = excluded.error, \
+             updated_at = excluded.updated_at, finished_at = excluded.finished_at, \
+             last_seq = excluded.last_seq, owner_node = excluded.owner_node, \
+             owner_epoch = excluded.owner_epoch;\n",
+        );
     }
 }
