@@ -3,8 +3,7 @@
 //! commit.
 
 use super::rows::{
-    self, decode, encode, execution_row, finished_at, last_seq, owner, to_i64, to_u64, type_of,
-    unavailable, EXECUTION_COLUMNS,
+    self, decode, encode, execution_row, to_i64, to_u64, unavailable, EXECUTION_COLUMNS,
 };
 use super::{check, Owner, Storage, StorageError};
 use super::{
@@ -15,6 +14,7 @@ use super::{ListPage, Purged};
 use async_trait::async_trait;
 
 mod reads;
+mod writes;
 use orbit_core::history::Event;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
@@ -24,6 +24,7 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::time::Duration;
+use writes::{event_rows, projection_rows, push_events, push_projections};
 
 /// How to open a SQLite store.
 #[derive(Debug, Clone)]
@@ -53,10 +54,6 @@ pub struct SqliteStore {
     writer: SqlitePool,
     readers: SqlitePool,
 }
-
-/// Rows per `INSERT ... VALUES` statement of a commit's write (SQLite
-/// caps a `VALUES` list at 500 rows).
-const CHUNK_ROWS: usize = 128;
 
 impl SqliteStore {
     /// Opens (creating if needed) the database and runs the migrations.
@@ -874,150 +871,5 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.execution("y").await.unwrap().unwrap().last_seq, 1);
-    }
-}
-
-/// One row of `events`: execution id, seq, time, type, body.
-type EventRow<'a> = (&'a str, i64, i64, String, String);
-
-/// Every event of every append, encoded.
-fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, StorageError> {
-    let mut rows = Vec::with_capacity(appends.iter().map(|a| a.events.len()).sum());
-    for append in appends {
-        for event in append.events.iter() {
-            let body = encode(event)?;
-            let ty = type_of(&body);
-            rows.push((
-                append.execution_id.as_str(),
-                to_i64(event.seq),
-                to_i64(event.at),
-                ty,
-                body,
-            ));
-        }
-    }
-    Ok(rows)
-}
-
-/// `INSERT INTO events` statements for `rows` (values bound directly: no
-/// JSON round trip inside SQLite).
-fn push_events<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [EventRow<'a>]) {
-    for chunk in rows.chunks(CHUNK_ROWS) {
-        sql.push("INSERT INTO events (execution_id, seq, at, type, body) ");
-        sql.push_values(chunk, |mut row, (id, seq, at, ty, body)| {
-            row.push_bind(*id)
-                .push_bind(*seq)
-                .push_bind(*at)
-                .push_bind(ty.as_str())
-                .push_bind(body.as_str());
-        });
-        sql.push(";\n");
-    }
-}
-
-/// The projection row of an append, with its columns encoded.
-struct ProjectionRow<'a> {
-    append: &'a Append,
-    /// Whether the stored row keeps its status (see [`push_projections`]).
-    lean: bool,
-    input: String,
-    output: Option<String>,
-    error: Option<String>,
-}
-
-/// The projection of each execution appended (for one appended twice, the
-/// last append's), and whether its stored status stays the same.
-fn projection_rows<'a>(
-    appends: &'a [Append],
-    stored: &BTreeMap<String, String>,
-) -> Result<Vec<ProjectionRow<'a>>, StorageError> {
-    let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
-    for append in appends {
-        last.insert(append.execution_id.as_str(), append);
-    }
-    let mut rows = Vec::with_capacity(last.len());
-    for append in last.into_values() {
-        let p = &append.projection;
-        let lean = stored
-            .get(&append.execution_id)
-            .is_some_and(|s| *s == p.status);
-        let (input, output, error) = if lean {
-            (String::new(), None, None)
-        } else {
-            (
-                encode(&p.input)?,
-                p.output.as_ref().map(encode).transpose()?,
-                p.error.as_ref().map(encode).transpose()?,
-            )
-        };
-        rows.push(ProjectionRow {
-            append,
-            lean,
-            input,
-            output,
-            error,
-        });
-    }
-    Ok(rows)
-}
-
-/// The projection writes: a row whose status stays the same gets the lean
-/// update, which names no indexed column, so SQLite leaves every index of
-/// the table alone (it picks the indexes to rewrite by the columns a
-/// statement sets, not by whether their values change); the others are
-/// upserted whole.
-fn push_projections<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [ProjectionRow<'a>]) {
-    let (lean, full): (Vec<&ProjectionRow>, Vec<&ProjectionRow>) =
-        rows.iter().partition(|r| r.lean);
-    for chunk in lean.chunks(CHUNK_ROWS) {
-        sql.push("WITH new (id, updated_at, last_seq, owner_node, owner_epoch) AS (");
-        sql.push_values(chunk, |mut row, r| {
-            let (owner_node, owner_epoch) = owner(r.append);
-            row.push_bind(r.append.execution_id.as_str())
-                .push_bind(to_i64(r.append.projection.updated_at))
-                .push_bind(to_i64(last_seq(r.append)))
-                .push_bind(owner_node)
-                .push_bind(to_i64(owner_epoch));
-        });
-        sql.push(
-            ") UPDATE executions SET updated_at = new.updated_at, last_seq = new.last_seq, \
-             owner_node = new.owner_node, owner_epoch = new.owner_epoch \
-             FROM new WHERE executions.id = new.id;\n",
-        );
-    }
-    for chunk in full.chunks(CHUNK_ROWS) {
-        sql.push(
-            "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, \
-             input, output, error, created_at, updated_at, finished_at, last_seq, \
-             owner_node, owner_epoch) ",
-        );
-        sql.push_values(chunk, |mut row, r| {
-            let p = &r.append.projection;
-            let (owner_node, owner_epoch) = owner(r.append);
-            row.push_bind(r.append.execution_id.as_str())
-                .push_bind(p.workflow.as_str())
-                .push_bind(p.version.as_str())
-                .push_bind(p.definition_hash.as_str())
-                .push_bind(p.status.as_str())
-                .push_bind(p.parent.as_deref())
-                .push_bind(r.input.as_str())
-                .push_bind(r.output.as_deref())
-                .push_bind(r.error.as_deref())
-                .push_bind(to_i64(p.created_at))
-                .push_bind(to_i64(p.updated_at))
-                .push_bind(finished_at(p).map(to_i64))
-                .push_bind(to_i64(last_seq(r.append)))
-                .push_bind(owner_node)
-                .push_bind(to_i64(owner_epoch));
-        });
-        // What an execution is (workflow, version, parent, input,
-        // creation) never changes: only what it has become is set.
-        sql.push(
-            " ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
-             output = excluded.output, error = excluded.error, \
-             updated_at = excluded.updated_at, finished_at = excluded.finished_at, \
-             last_seq = excluded.last_seq, owner_node = excluded.owner_node, \
-             owner_epoch = excluded.owner_epoch;\n",
-        );
     }
 }
