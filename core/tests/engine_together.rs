@@ -78,6 +78,13 @@ fn tasks(w: &mut World, id: u64) -> Vec<(String, String)> {
         .collect()
 }
 
+fn storage_errors(w: &mut World, ids: Vec<u64>) {
+    for id in ids {
+        let r = w.replies.remove(&id).expect("answered");
+        assert_eq!(r.error_code(), Some("STORAGE_ERROR"), "{:?}", r.body);
+    }
+}
+
 #[test]
 fn results_and_the_next_poll_share_one_write() {
     let mut w = world();
@@ -199,10 +206,7 @@ fn a_failed_write_fails_every_answer_and_hands_out_nothing() {
     let first = w.take(&s);
     w.mode = Mode::Unavailable;
     let ids = w.send_together(vec![success(&first.token, 10), poll(&s, 4, 0)]);
-    for id in ids {
-        let r = w.replies.remove(&id).expect("answered");
-        assert_eq!(r.error_code(), Some("STORAGE_ERROR"), "{:?}", r.body);
-    }
+    storage_errors(&mut w, ids);
     w.mode = Mode::Ok;
     assert_eq!(w.status("a"), "running");
     // Reported again, the result lands and the next step goes out.
@@ -268,10 +272,7 @@ fn a_judgment_on_what_others_proposed_waits_for_their_write() {
         success(&first.token, 10),
         poll(&s, 4, 0),
     ]);
-    for id in ids {
-        let r = w.replies.remove(&id).expect("answered");
-        assert_eq!(r.error_code(), Some("STORAGE_ERROR"), "{:?}", r.body);
-    }
+    storage_errors(&mut w, ids);
     w.mode = Mode::Ok;
     let ids = w.send_together(vec![success(&first.token, 10), success(&first.token, 10)]);
     assert_eq!(

@@ -614,51 +614,34 @@ impl World {
     /// `timeout_ms` unless an answer arrives first.
     pub(crate) fn send(&mut self, from: Actor, req: u64, request: Request, timeout_ms: Millis) {
         self.at(timeout_ms, Ev::Timeout { actor: from, req });
-        if self.cut_off(from) {
-            return;
-        }
-        let node = self.route(from);
-        if self.faults_on && self.rng.chance(self.cfg.faults.net_loss_probability) {
-            self.stats.fault("request_lost");
-            return;
-        }
-        if self.faults_on && self.rng.chance(self.cfg.faults.net_duplicate_probability) {
-            self.stats.fault("request_duplicated");
-            let d = self.delay();
-            self.at(
-                d,
-                Ev::ToServer {
-                    node,
-                    from,
-                    req,
-                    request: request.clone(),
-                },
-            );
-        }
-        let d = self.delay();
-        self.at(
-            d,
-            Ev::ToServer {
-                node,
-                from,
-                req,
-                request,
-            },
-        );
+        self.transmit(from, |node| Ev::ToServer {
+            node,
+            from,
+            req,
+            request: request.clone(),
+        });
     }
 
     /// Sends `requests` in one message (lost, duplicated or delayed as a
     /// whole), each with its own timeout.
     pub(crate) fn send_together(&mut self, from: Actor, requests: Vec<(u64, Request, Millis)>) {
         for (req, _, timeout_ms) in &requests {
-            self.at(
-                *timeout_ms,
-                Ev::Timeout {
-                    actor: from,
-                    req: *req,
-                },
-            );
+            let req = *req;
+            self.at(*timeout_ms, Ev::Timeout { actor: from, req });
         }
+        let requests: Vec<(u64, Request)> =
+            requests.into_iter().map(|(req, r, _)| (req, r)).collect();
+        self.transmit(from, |node| Ev::ToServerTogether {
+            node,
+            from,
+            requests: requests.clone(),
+        });
+    }
+
+    /// Puts a message from `from` to the server on the network: lost,
+    /// duplicated or delayed as the faults say (`message` builds it for
+    /// the node it is routed to).
+    fn transmit(&mut self, from: Actor, message: impl Fn(usize) -> Ev) {
         if self.cut_off(from) {
             return;
         }
@@ -667,29 +650,13 @@ impl World {
             self.stats.fault("request_lost");
             return;
         }
-        let requests: Vec<(u64, Request)> =
-            requests.into_iter().map(|(req, r, _)| (req, r)).collect();
         if self.faults_on && self.rng.chance(self.cfg.faults.net_duplicate_probability) {
             self.stats.fault("request_duplicated");
             let d = self.delay();
-            self.at(
-                d,
-                Ev::ToServerTogether {
-                    node,
-                    from,
-                    requests: requests.clone(),
-                },
-            );
+            self.at(d, message(node));
         }
         let d = self.delay();
-        self.at(
-            d,
-            Ev::ToServerTogether {
-                node,
-                from,
-                requests,
-            },
-        );
+        self.at(d, message(node));
     }
 
     /// True while `actor` is partitioned from the server (partitions heal

@@ -118,6 +118,47 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The open batch's new tasks a poll handled with it may take: those
+    /// no poll already waiting at the server will take. Waiting polls come
+    /// first, oldest first, as the batch's hand-off serves them
+    /// (`hand_off`): a worker's newest poll taking every step its results
+    /// make due would leave its older polls and other workers' waiting
+    /// until their deadline, to come back empty and be sent again.
+    pub(super) fn fresh_for_poll(&self) -> Vec<Queued> {
+        let fresh = self.open_queued();
+        if self.work.polls.is_empty() {
+            return fresh;
+        }
+        let mut left: Vec<(&str, u32)> = self
+            .work
+            .polls
+            .values()
+            .map(|p| (p.session_id.as_str(), p.max_tasks))
+            .collect();
+        fresh
+            .into_iter()
+            .filter(|q| {
+                let waiting = left.iter_mut().find(|(session, room)| {
+                    *room > 0
+                        && self
+                            .work
+                            .sessions
+                            .get(*session)
+                            .is_some_and(|s| s.takes(&q.task))
+                });
+                match waiting {
+                    Some((_, room)) => {
+                        *room -= 1;
+                        false
+                    }
+                    None => true,
+                }
+            })
+            .collect()
+    }
+}
+
 impl Txn {
     /// Takes in everything `other` would write and answer. A draft of `other`
     /// replaces the open batch's draft of the same execution: it began as a

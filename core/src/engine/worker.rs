@@ -317,10 +317,11 @@ impl Engine {
             }
             picked.push(q.clone());
         }
-        // Then what the requests handled with this poll just scheduled.
+        // Then what the requests handled with this poll just scheduled,
+        // less what polls already waiting will take (see `fresh_for_poll`).
         let room = (max as usize).saturating_sub(picked.len());
         picked.extend(
-            self.open_queued()
+            self.fresh_for_poll()
                 .into_iter()
                 .filter(|q| s.takes(&q.task))
                 .take(room),
