@@ -20,11 +20,11 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::time::Duration;
-use writes::{event_rows, projection_rows, push_events, push_projections};
+use writes::Rows;
 
 /// How to open a SQLite store.
 #[derive(Debug, Clone)]
@@ -111,42 +111,14 @@ impl SqliteStore {
         Ok((journal, sync))
     }
 
-    async fn apply(
-        conn: &mut sqlx::SqliteConnection,
-        tx: &Transaction,
-    ) -> Result<(), StorageError> {
-        if !tx.appends.is_empty() || !tx.inbox_consumed.is_empty() {
-            let statuses = Self::check(conn, tx).await?;
-            if !tx.appends.is_empty() {
-                Self::write_appends(conn, &tx.appends, &statuses).await?;
-            }
-        }
-        if !tx.definitions.is_empty() {
-            Self::write_definitions(conn, &tx.definitions).await?;
-        }
-        if !tx.idempotency.is_empty() {
-            Self::write_idempotency(conn, &tx.idempotency).await?;
-        }
-        if !tx.queue.is_empty() {
-            Self::write_queue(conn, &tx.queue).await?;
-        }
-        if !tx.inbox_consumed.is_empty() {
-            let ids: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
-            sqlx::query("DELETE FROM inbox WHERE id IN (SELECT value FROM json_each(?))")
-                .bind(encode(&ids)?)
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-        }
-        Ok(())
-    }
-
-    /// Checks every append and consumed inbox entry against the stored
-    /// rows (one query for all of them, one for the entries) with the
-    /// shared conflict rule ([`check`]), so a conflict names all the
-    /// executions concerned and nothing is written. Returns the stored
-    /// status of each execution that has a row.
-    async fn check(
+    /// `BEGIN IMMEDIATE` and the stored rows of every execution `tx`
+    /// appends to or consumes inbox entries of, in one round trip; then
+    /// (one more when `tx` consumes inbox entries) the entries. Every
+    /// append and entry is judged by the shared conflict rule ([`check`]),
+    /// so a conflict names all the executions concerned and nothing is
+    /// written. Returns the stored status of each execution that has a
+    /// row. On an error the transaction may be open: the caller rolls back.
+    async fn begin(
         conn: &mut sqlx::SqliteConnection,
         tx: &Transaction,
     ) -> Result<BTreeMap<String, String>, StorageError> {
@@ -156,8 +128,16 @@ impl SqliteStore {
             .map(|a| a.execution_id.as_str())
             .chain(tx.inbox_consumed.iter().map(|c| c.execution_id.as_str()))
             .collect();
+        if ids.is_empty() {
+            sqlx::query("BEGIN IMMEDIATE")
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            return Ok(BTreeMap::new());
+        }
         let rows = sqlx::query(
-            "SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
+            "BEGIN IMMEDIATE; \
+             SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
              WHERE id IN (SELECT value FROM json_each(?))",
         )
         .bind(encode(&ids)?)
@@ -210,167 +190,38 @@ impl SqliteStore {
         Ok(statuses)
     }
 
-    /// The events and the projection rows of every append, sent to SQLite
-    /// as one multi-statement call. Each statement handed to the writer
-    /// connection is a round trip to its thread, which under load costs
-    /// more than the statement itself; this way a commit's appends cost
-    /// one, however many rows they hold. The statements differ from commit
-    /// to commit (their row counts), so they are not kept prepared.
-    async fn write_appends(
-        conn: &mut sqlx::SqliteConnection,
+    /// What a failed write-and-commit call means. If the transaction is
+    /// still open, a statement before `COMMIT` failed (or `COMMIT` left it
+    /// open): it is rolled back and nothing was applied. If SQLite has
+    /// already ended it, `COMMIT` ran and failed, and whether it is durable
+    /// is unknown.
+    async fn failed_write(
+        mut conn: sqlx::pool::PoolConnection<Sqlite>,
         appends: &[Append],
-        stored: &BTreeMap<String, String>,
-    ) -> Result<(), StorageError> {
-        let events = event_rows(appends)?;
-        let rows = projection_rows(appends, stored)?;
-        let mut sql = QueryBuilder::<Sqlite>::new("");
-        push_events(&mut sql, &events);
-        push_projections(&mut sql, &rows);
-        match sql.build().persistent(false).execute(&mut *conn).await {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_database_error()
+        error: sqlx::Error,
+    ) -> StorageError {
+        match sqlx::query("ROLLBACK").execute(&mut *conn).await {
+            Ok(_)
+                if error
+                    .as_database_error()
                     .is_some_and(|d| d.is_unique_violation()) =>
             {
                 // The check passed, so the clash is between two appends of
                 // one execution in this transaction: name those.
-                let mut seen = BTreeSet::new();
-                let mut twice = BTreeSet::new();
-                for append in appends {
-                    if !seen.insert(append.execution_id.as_str()) {
-                        twice.insert(append.execution_id.clone());
-                    }
-                }
-                let stale = if twice.is_empty() {
-                    seen.into_iter().map(str::to_owned).collect()
-                } else {
-                    twice.into_iter().collect()
-                };
-                Err(StorageError::Conflict {
+                StorageError::Conflict {
                     fenced: Vec::new(),
-                    stale,
-                })
+                    stale: appended_twice(appends),
+                }
             }
-            Err(e) => Err(unavailable(e)),
-        }
-    }
-
-    /// All new definitions in one statement; already registered ones are
-    /// left as they are.
-    async fn write_definitions(
-        conn: &mut sqlx::SqliteConnection,
-        definitions: &[DefinitionRecord],
-    ) -> Result<(), StorageError> {
-        let mut rows = Vec::with_capacity(definitions.len());
-        for d in definitions {
-            rows.push(serde_json::json!([
-                d.name,
-                d.version,
-                d.hash,
-                d.kind,
-                d.filename,
-                d.source,
-                encode(&d.body)?,
-                to_i64(d.registered_at),
-            ]));
-        }
-        sqlx::query(
-            "INSERT OR IGNORE INTO definitions (name, version, hash, kind, filename, source, body, \
-             registered_at) \
-             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-             value ->> 6, value ->> 7 FROM json_each(?)",
-        )
-        .bind(encode(&rows)?)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        Ok(())
-    }
-
-    /// All idempotency records in one statement; the last record for a
-    /// `(scope, key)` wins.
-    async fn write_idempotency(
-        conn: &mut sqlx::SqliteConnection,
-        records: &[IdempotencyRecord],
-    ) -> Result<(), StorageError> {
-        let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
-        for r in records {
-            last.insert((r.scope.as_str(), r.key.as_str()), r);
-        }
-        let rows: Vec<_> = last
-            .values()
-            .map(|r| {
-                (
-                    r.scope.as_str(),
-                    r.key.as_str(),
-                    r.fingerprint.as_str(),
-                    i64::from(r.status),
-                    r.body.as_str(),
-                    to_i64(r.expires_at),
-                )
-            })
-            .collect();
-        sqlx::query(
-            "INSERT OR REPLACE INTO idempotency (scope, key, fingerprint, status, body, expires_at) \
-             SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5 \
-             FROM json_each(?)",
-        )
-        .bind(encode(&rows)?)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        Ok(())
-    }
-
-    /// Queue operations as at most two statements: applied in order, the
-    /// last operation on an `(execution, unit)` decides whether its row
-    /// exists and what it holds.
-    async fn write_queue(
-        conn: &mut sqlx::SqliteConnection,
-        ops: &[QueueOp],
-    ) -> Result<(), StorageError> {
-        let last = rows::last_per_unit(ops);
-        let mut removed = Vec::new();
-        let mut enqueued = Vec::new();
-        for ((execution_id, unit), op) in &last {
-            match op {
-                QueueOp::Enqueue {
-                    task,
-                    enqueued_at,
-                    body,
-                    ..
-                } => enqueued.push((
-                    *execution_id,
-                    *unit,
-                    task.as_str(),
-                    to_i64(*enqueued_at),
-                    encode(body)?,
-                )),
-                QueueOp::Remove { .. } => removed.push((*execution_id, *unit)),
+            Ok(_) => unavailable(error),
+            Err(e) if is_not_in_transaction(&e) => StorageError::Ambiguous(error.to_string()),
+            Err(e) => {
+                // The connection's state is unknown: it is not reused.
+                conn.detach();
+                tracing::warn!(error = %e, "rollback failed; connection dropped");
+                StorageError::Ambiguous(error.to_string())
             }
         }
-        if !removed.is_empty() {
-            sqlx::query(
-                "DELETE FROM task_queue WHERE (execution_id, unit) IN \
-                 (SELECT value ->> 0, value ->> 1 FROM json_each(?))",
-            )
-            .bind(encode(&removed)?)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        }
-        if !enqueued.is_empty() {
-            sqlx::query(
-                "INSERT OR REPLACE INTO task_queue (execution_id, unit, task, enqueued_at, body) \
-                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 \
-                 FROM json_each(?)",
-            )
-            .bind(encode(&enqueued)?)
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        }
-        Ok(())
     }
 
     /// Executions matching `clause` with their histories: two queries in
@@ -435,6 +286,29 @@ impl SqliteStore {
     }
 }
 
+/// The executions appended to more than once in `appends`, or, if none
+/// is, all of them: those a unique-key clash can be between.
+fn appended_twice(appends: &[Append]) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut twice = BTreeSet::new();
+    for append in appends {
+        if !seen.insert(append.execution_id.as_str()) {
+            twice.insert(append.execution_id.clone());
+        }
+    }
+    if twice.is_empty() {
+        seen.into_iter().map(str::to_owned).collect()
+    } else {
+        twice.into_iter().collect()
+    }
+}
+
+/// Whether `ROLLBACK` failed because no transaction was open.
+fn is_not_in_transaction(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.message().contains("no transaction is active"))
+}
+
 /// An `idempotency` row (SQLite keeps `status` as a 64-bit integer).
 fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
     rows::idempotency_row::<_, i64>(r)
@@ -444,28 +318,36 @@ fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
 impl Storage for SqliteStore {
     async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
         let mut conn = self.writer.acquire().await.map_err(unavailable)?;
-        sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        match Self::apply(&mut conn, tx).await {
-            Ok(()) => match sqlx::query("COMMIT").execute(&mut *conn).await {
-                Ok(_) => Ok(()),
-                Err(e) => {
-                    // The outcome is unknown; make sure the connection is not
-                    // left inside a transaction.
-                    let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                    Err(StorageError::Ambiguous(e.to_string()))
-                }
-            },
+        // Two round trips to the writer's thread: BEGIN with the check's
+        // read, then every write with COMMIT (see `writes`).
+        let written = match Self::begin(&mut conn, tx).await {
+            Ok(stored) => Rows::new(tx, &stored),
+            Err(err) => Err(err),
+        };
+        let rows = match written {
+            Ok(rows) => rows,
             Err(err) => {
                 if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-                    // A failed rollback leaves the connection unusable.
-                    conn.detach();
-                    tracing::warn!(error = %e, "rollback failed; connection dropped");
+                    if !is_not_in_transaction(&e) {
+                        // A failed rollback leaves the connection unusable.
+                        conn.detach();
+                        tracing::warn!(error = %e, "rollback failed; connection dropped");
+                    }
                 }
-                Err(err)
+                return Err(err);
             }
+        };
+        // The statements differ from commit to commit (their row counts),
+        // so they are not kept prepared.
+        let result = rows
+            .query()
+            .build()
+            .persistent(false)
+            .execute(&mut *conn)
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Self::failed_write(conn, &tx.appends, error).await),
         }
     }
 
@@ -871,5 +753,85 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.execution("y").await.unwrap().unwrap().last_seq, 1);
+    }
+
+    /// Runs `sql` on the writer connection (a planted failure).
+    async fn plant(store: &SqliteStore, sql: &str) {
+        sqlx::raw_sql(sql).execute(&store.writer).await.unwrap();
+    }
+
+    /// Whether `id` has any stored event.
+    async fn has_events(store: &SqliteStore, id: &str) -> bool {
+        !store.events_of(id, 0, 10).await.unwrap().is_empty()
+    }
+
+    #[tokio::test]
+    async fn a_write_failing_midway_applies_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        // The events go in before the executions rows: make the second
+        // execution's row fail after both histories are written.
+        plant(
+            &store,
+            "CREATE TRIGGER planted BEFORE INSERT ON executions WHEN NEW.id = 'bad' \
+             BEGIN SELECT RAISE(ABORT, 'planted failure'); END",
+        )
+        .await;
+        let t = Transaction {
+            appends: vec![append("good", 0, 2), append("bad", 0, 1)],
+            idempotency: vec![record("k", 201)],
+            ..Transaction::default()
+        };
+        match store.commit(&t).await {
+            Err(StorageError::Unavailable(message)) => assert!(message.contains("planted")),
+            other => panic!("expected unavailable, got {other:?}"),
+        }
+        assert!(store.execution("good").await.unwrap().is_none());
+        assert!(!has_events(&store, "good").await);
+        assert_eq!(store.idempotency("s", "k", 0).await.unwrap(), None);
+        // No transaction was left open on the writer connection.
+        store
+            .commit(&Transaction {
+                appends: vec![append("good", 0, 2)],
+                ..Transaction::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.execution("good").await.unwrap().unwrap().last_seq, 2);
+    }
+
+    #[tokio::test]
+    async fn a_commit_refused_by_sqlite_applies_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        // A deferred foreign key is checked at COMMIT, which then fails and
+        // leaves the transaction open: the store rolls it back.
+        plant(
+            &store,
+            "CREATE TABLE planted (x TEXT REFERENCES executions (id) DEFERRABLE INITIALLY DEFERRED); \
+             CREATE TRIGGER planted AFTER INSERT ON events WHEN NEW.execution_id = 'bad' \
+             BEGIN INSERT INTO planted VALUES ('missing'); END",
+        )
+        .await;
+        let t = Transaction {
+            appends: vec![append("good", 0, 1), append("bad", 0, 1)],
+            ..Transaction::default()
+        };
+        match store.commit(&t).await {
+            Err(StorageError::Unavailable(message)) => {
+                assert!(message.contains("FOREIGN KEY"), "{message}")
+            }
+            other => panic!("expected unavailable, got {other:?}"),
+        }
+        assert!(store.execution("good").await.unwrap().is_none());
+        assert!(!has_events(&store, "good").await);
+        store
+            .commit(&Transaction {
+                appends: vec![append("good", 0, 1)],
+                ..Transaction::default()
+            })
+            .await
+            .unwrap();
+        assert!(has_events(&store, "good").await);
     }
 }

@@ -1,20 +1,110 @@
-//! The rows a commit writes, as SQL: the events and the projection rows of
-//! its appends, pushed into one multi-statement query.
+//! What a commit writes, as SQL: the events and projection rows of its
+//! appends, its definitions, idempotency records, queue operations and
+//! consumed inbox entries, then `COMMIT`, all in one multi-statement query
+//! (one round trip to the writer connection's thread).
 
-use super::super::rows::{encode, finished_at, last_seq, owner, to_i64, type_of};
-use super::super::{Append, StorageError};
+use super::super::rows::{self, encode, finished_at, last_seq, owner, to_i64, type_of};
+use super::super::Transaction;
+use super::super::{Append, DefinitionRecord, IdempotencyRecord, QueueOp, StorageError};
 use sqlx::{QueryBuilder, Sqlite};
 use std::collections::BTreeMap;
+
+/// Every row of a transaction, encoded, for [`Rows::query`] to borrow.
+pub(super) struct Rows<'a> {
+    events: Vec<EventRow<'a>>,
+    projections: Vec<ProjectionRow<'a>>,
+    /// JSON arrays, each bound to one `json_each` statement.
+    definitions: Option<String>,
+    idempotency: Option<String>,
+    dequeued: Option<String>,
+    enqueued: Option<String>,
+    consumed: Option<String>,
+}
+
+impl<'a> Rows<'a> {
+    /// Encodes `tx`; `stored` holds the stored status of each execution
+    /// that has a row (see [`push_projections`]).
+    pub(super) fn new(
+        tx: &'a Transaction,
+        stored: &BTreeMap<String, String>,
+    ) -> Result<Self, StorageError> {
+        let (dequeued, enqueued) = queue_rows(&tx.queue)?;
+        let consumed: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
+        Ok(Rows {
+            events: event_rows(&tx.appends)?,
+            projections: projection_rows(&tx.appends, stored)?,
+            definitions: definition_rows(&tx.definitions)?,
+            idempotency: idempotency_rows(&tx.idempotency)?,
+            dequeued,
+            enqueued,
+            consumed: nonempty(&consumed)?,
+        })
+    }
+
+    /// The writes, in the order the old per-statement commit made them,
+    /// and `COMMIT`.
+    pub(super) fn query(&self) -> QueryBuilder<'_, Sqlite> {
+        let mut sql = QueryBuilder::<Sqlite>::new("");
+        push_events(&mut sql, &self.events);
+        push_projections(&mut sql, &self.projections);
+        // Each JSON array feeds one statement: (rows, text before, text after).
+        let statements = [
+            (
+                &self.definitions,
+                "INSERT OR IGNORE INTO definitions (name, version, hash, kind, filename, \
+                 source, body, registered_at) \
+                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
+                 value ->> 5, value ->> 6, value ->> 7 FROM json_each(",
+                ");\n",
+            ),
+            (
+                &self.idempotency,
+                "INSERT OR REPLACE INTO idempotency (scope, key, fingerprint, status, body, \
+                 expires_at) \
+                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
+                 value ->> 5 FROM json_each(",
+                ");\n",
+            ),
+            (
+                &self.dequeued,
+                "DELETE FROM task_queue WHERE (execution_id, unit) IN \
+                 (SELECT value ->> 0, value ->> 1 FROM json_each(",
+                "));\n",
+            ),
+            (
+                &self.enqueued,
+                "INSERT OR REPLACE INTO task_queue (execution_id, unit, task, enqueued_at, body) \
+                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 \
+                 FROM json_each(",
+                ");\n",
+            ),
+            (
+                &self.consumed,
+                "DELETE FROM inbox WHERE id IN (SELECT value FROM json_each(",
+                "));\n",
+            ),
+        ];
+        for (rows, before, after) in statements {
+            if let Some(rows) = rows {
+                sql.push(before);
+                sql.push_bind(rows.as_str());
+                sql.push(after);
+            }
+        }
+        sql.push("COMMIT");
+        sql
+    }
+}
 
 /// Rows per `INSERT ... VALUES` statement (SQLite caps a `VALUES` list at
 /// 500 rows).
 const CHUNK_ROWS: usize = 128;
 
 /// One row of `events`: execution id, seq, time, type, body.
-pub(super) type EventRow<'a> = (&'a str, i64, i64, String, String);
+type EventRow<'a> = (&'a str, i64, i64, String, String);
 
 /// Every event of every append, encoded.
-pub(super) fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, StorageError> {
+fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, StorageError> {
     let mut rows = Vec::with_capacity(appends.iter().map(|a| a.events.len()).sum());
     for append in appends {
         for event in append.events.iter() {
@@ -34,7 +124,7 @@ pub(super) fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, Storag
 
 /// `INSERT INTO events` statements for `rows` (values bound directly: no
 /// JSON round trip inside SQLite).
-pub(super) fn push_events<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [EventRow<'a>]) {
+fn push_events<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [EventRow<'a>]) {
     for chunk in rows.chunks(CHUNK_ROWS) {
         sql.push("INSERT INTO events (execution_id, seq, at, type, body) ");
         sql.push_values(chunk, |mut row, (id, seq, at, ty, body)| {
@@ -49,7 +139,7 @@ pub(super) fn push_events<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [Eve
 }
 
 /// The projection row of an append, with its columns encoded.
-pub(super) struct ProjectionRow<'a> {
+struct ProjectionRow<'a> {
     append: &'a Append,
     /// Whether the stored row keeps its status (see [`push_projections`]).
     lean: bool,
@@ -60,7 +150,7 @@ pub(super) struct ProjectionRow<'a> {
 
 /// The projection of each execution appended (for one appended twice, the
 /// last append's), and whether its stored status stays the same.
-pub(super) fn projection_rows<'a>(
+fn projection_rows<'a>(
     appends: &'a [Append],
     stored: &BTreeMap<String, String>,
 ) -> Result<Vec<ProjectionRow<'a>>, StorageError> {
@@ -99,10 +189,7 @@ pub(super) fn projection_rows<'a>(
 /// the table alone (it picks the indexes to rewrite by the columns a
 /// statement sets, not by whether their values change); the others are
 /// upserted whole.
-pub(super) fn push_projections<'a>(
-    sql: &mut QueryBuilder<'a, Sqlite>,
-    rows: &'a [ProjectionRow<'a>],
-) {
+fn push_projections<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [ProjectionRow<'a>]) {
     let (lean, full): (Vec<&ProjectionRow>, Vec<&ProjectionRow>) =
         rows.iter().partition(|r| r.lean);
     for chunk in lean.chunks(CHUNK_ROWS) {
@@ -156,4 +243,80 @@ pub(super) fn push_projections<'a>(
              owner_epoch = excluded.owner_epoch;\n",
         );
     }
+}
+
+/// `rows` as a JSON array, or `None` when there are none.
+fn nonempty<T: serde::Serialize>(rows: &[T]) -> Result<Option<String>, StorageError> {
+    if rows.is_empty() {
+        Ok(None)
+    } else {
+        encode(&rows).map(Some)
+    }
+}
+
+/// New definitions; ones already registered are left as they are.
+fn definition_rows(definitions: &[DefinitionRecord]) -> Result<Option<String>, StorageError> {
+    let mut rows = Vec::with_capacity(definitions.len());
+    for d in definitions {
+        rows.push(serde_json::json!([
+            d.name,
+            d.version,
+            d.hash,
+            d.kind,
+            d.filename,
+            d.source,
+            encode(&d.body)?,
+            to_i64(d.registered_at),
+        ]));
+    }
+    nonempty(&rows)
+}
+
+/// Idempotency records; the last record for a `(scope, key)` wins.
+fn idempotency_rows(records: &[IdempotencyRecord]) -> Result<Option<String>, StorageError> {
+    let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
+    for r in records {
+        last.insert((r.scope.as_str(), r.key.as_str()), r);
+    }
+    let rows: Vec<_> = last
+        .values()
+        .map(|r| {
+            (
+                r.scope.as_str(),
+                r.key.as_str(),
+                r.fingerprint.as_str(),
+                i64::from(r.status),
+                r.body.as_str(),
+                to_i64(r.expires_at),
+            )
+        })
+        .collect();
+    nonempty(&rows)
+}
+
+/// Queue operations as the units removed and the rows enqueued: applied
+/// in order, the last operation on an `(execution, unit)` decides whether
+/// its row exists and what it holds.
+fn queue_rows(ops: &[QueueOp]) -> Result<(Option<String>, Option<String>), StorageError> {
+    let last = rows::last_per_unit(ops);
+    let mut removed = Vec::new();
+    let mut enqueued = Vec::new();
+    for ((execution_id, unit), op) in &last {
+        match op {
+            QueueOp::Enqueue {
+                task,
+                enqueued_at,
+                body,
+                ..
+            } => enqueued.push((
+                *execution_id,
+                *unit,
+                task.as_str(),
+                to_i64(*enqueued_at),
+                encode(body)?,
+            )),
+            QueueOp::Remove { .. } => removed.push((*execution_id, *unit)),
+        }
+    }
+    Ok((nonempty(&removed)?, nonempty(&enqueued)?))
 }
