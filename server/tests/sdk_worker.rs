@@ -833,3 +833,47 @@ async fn a_server_refusing_results_on_polls_gets_the_result_call() {
     stop.send(()).unwrap();
     handle.await.unwrap().unwrap();
 }
+
+/// Many quick tasks on a runtime with several threads: a handler may
+/// finish on another thread while the poll that brought its task is still
+/// being answered. Its result must still ride on a poll, not go out with
+/// the result call because that poll's slots looked taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_finished_while_its_poll_is_answered_still_rides_on_a_poll() {
+    let proto = Arc::new(Proto::default());
+    proto.park_ms.store(5_000, Ordering::SeqCst);
+    {
+        let mut tasks = proto.tasks.lock().unwrap();
+        for i in 0..300 {
+            tasks.push_back(task(&format!("tok-{i}"), "demo.work"));
+        }
+    }
+    let fake = fake(&proto).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (Arc::clone(&running), Arc::clone(&peak));
+    let worker = on_poll("w-1")
+        .poll_wait(Duration::from_secs(10))
+        .handler("demo.work", move |_t: Task| {
+            let (r, p) = (Arc::clone(&r), Arc::clone(&p));
+            async move {
+                p.fetch_max(r.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Ok(json!(1))
+            }
+        })
+        .connect(&fake.url())
+        .unwrap();
+    let (stop, handle) = spawn(worker);
+    fake.until("every result", |_| {
+        carried(&fake).len() + results(&fake).len() >= 300
+    })
+    .await;
+    assert_eq!(results(&fake).len(), 0, "results sent with the result call");
+    // Still never more tasks than `max_tasks` (4 by default).
+    assert!(peak.load(Ordering::SeqCst) <= 4);
+    assert_polls_ask_only_for_free_slots(&fake, 4);
+    stop.send(()).unwrap();
+    handle.await.unwrap().unwrap();
+}

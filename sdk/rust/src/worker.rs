@@ -20,7 +20,9 @@
 //! flight go out together on the next one. A task just handed out holds
 //! the place of a waiting poll for a few milliseconds: a quick handler's
 //! result then leaves on that poll instead of the worker sending a poll
-//! without results first and the result on another.
+//! without results first and the result on another. A task keeps its slot,
+//! running or finished, until its result leaves; the poll that carries the
+//! result asks for that slot again, so the result never lacks a poll.
 //! [`WorkerBuilder::results_on_poll`]`(false)` uses the separate result
 //! call instead, and so does a worker shutting down (it wants no new tasks).
 
@@ -289,6 +291,18 @@ impl Flow {
         self.calls += 1;
         self.calls
     }
+
+    /// A poll that asked for `ask` tasks is answered (`long`: its call
+    /// number if it could wait at the server).
+    fn release(&mut self, ask: usize, long: Option<u64>) {
+        self.reserved = self.reserved.saturating_sub(ask);
+        if let Some(number) = long {
+            self.long = self.long.saturating_sub(1);
+            self.long_aborts.remove(&number);
+        } else {
+            self.quick = self.quick.saturating_sub(1);
+        }
+    }
 }
 
 /// A task the worker holds.
@@ -302,6 +316,9 @@ struct Held {
     stopped: Option<Stop>,
     /// The handler finished; its result waits for the server's answer.
     done: bool,
+    /// Its result left on a poll: its slot went to that poll's ask. Until
+    /// then, running or finished, the task takes a slot.
+    sent: bool,
     /// When the task was received (see [`LINGER`]).
     received: tokio::time::Instant,
 }
@@ -696,25 +713,26 @@ impl Inner {
     fn send_next(self: &Arc<Self>, session: &str, wait_ms: u64) -> Sent {
         // A result reported with its own call takes no poll's place.
         let on_poll = self.results_on_poll.load(Ordering::SeqCst);
-        let (running, lingering) = {
+        // Under the flow lock, which a poll's answer holds while its tasks
+        // take its place, so the slots are never counted twice or missed.
+        let mut flow = self.flow();
+        let (occupied, lingering) = {
             let held = self.held();
-            let mut running = 0;
+            let mut occupied = 0;
             let mut lingering = 0;
-            for h in held.values().filter(|h| !h.done) {
-                running += 1;
-                if on_poll && h.received.elapsed() < LINGER {
+            for h in held.values().filter(|h| !h.sent) {
+                occupied += 1;
+                if on_poll && !h.done && h.received.elapsed() < LINGER {
                     lingering += 1;
                 }
             }
-            (running, lingering)
+            (occupied, lingering)
         };
-        let mut flow = self.flow();
-        let free = self.max_tasks.saturating_sub(running + flow.reserved);
+        let free = self.max_tasks.saturating_sub(occupied + flow.reserved);
         let mut outbox = self.outbox();
         if !outbox.is_empty() && (flow.long < LONG_MAX || flow.quick < QUICK_MAX) {
-            if free == 0 || !on_poll {
-                // No slot to ask for (or no polls to ride on): report these
-                // with the result call.
+            if !on_poll {
+                // No polls to ride on: report these with the result call.
                 for ready in outbox.drain(..) {
                     self.report_alone(ready.result);
                 }
@@ -734,16 +752,18 @@ impl Inner {
                 }
             }
             drop(outbox);
-            // It waits at the server as one of the waiting polls when there
-            // is room for one more, and asks for their share of the free
-            // slots; otherwise it does not wait and asks for them all.
+            self.mark_sent(&carried, true);
+            // It asks again for the slots its results free. It waits at the
+            // server as one of the waiting polls when there is room for one
+            // more, and asks for their share of the free slots besides;
+            // otherwise it does not wait and asks for them all.
             let (wait, ask, long) = if flow.long < LONG_MAX {
-                let ask = free.div_ceil(LONG_MAX - flow.long);
+                let ask = carried.len() + free.div_ceil(LONG_MAX - flow.long);
                 flow.long += 1;
                 (wait_ms.min(CARRY_WAIT_MS_MAX), ask, Some(flow.next_call()))
             } else {
                 flow.quick += 1;
-                (0, free, None)
+                (0, carried.len() + free, None)
             };
             flow.reserved += ask;
             tokio::spawn(Arc::clone(self).exchange(session.to_owned(), carried, ask, wait, long));
@@ -804,15 +824,26 @@ impl Inner {
         let answer = self.call(request).await;
         let mut retry = Vec::new();
         let mut failed = false;
+        let mut released = false;
         match answer {
             Answer::Ok(r) => match serde_json::from_slice::<Polled>(&r.body) {
                 Ok(polled) => {
+                    // The tasks take this poll's place under the flow lock:
+                    // a handler that finishes on another thread before this
+                    // poll is released would otherwise find every slot
+                    // reserved and report with the result call.
+                    let mut flow = self.flow();
                     for task in polled.tasks {
                         self.start(task);
                     }
                     retry = self.settle(carried, &polled.results);
-                    // Results the server could not record yet: back off.
+                    // Results the server could not record yet: back off
+                    // before this poll's slot is free again.
                     failed = !retry.is_empty();
+                    if !failed {
+                        flow.release(ask, long);
+                        released = true;
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "unreadable poll answer");
@@ -846,6 +877,8 @@ impl Inner {
                     tracing::warn!(error = %e, "the server refused results on a poll; reporting them one by one");
                     self.results_on_poll.store(false, Ordering::SeqCst);
                 }
+                // They take their slots again until the result call is done.
+                self.mark_sent(&carried, false);
                 for result in carried {
                     self.report_alone(result);
                 }
@@ -865,21 +898,15 @@ impl Inner {
             tokio::time::sleep(self.backoff.delay(failures)).await;
         }
         if !retry.is_empty() {
+            self.mark_sent(&retry, false);
             let mut outbox = self.outbox();
             for result in retry.into_iter().rev() {
                 let size = serde_json::to_vec(&result).map_or(0, |b| b.len());
                 outbox.push_front(Ready { result, size });
             }
         }
-        {
-            let mut flow = self.flow();
-            flow.reserved = flow.reserved.saturating_sub(ask);
-            if let Some(number) = long {
-                flow.long = flow.long.saturating_sub(1);
-                flow.long_aborts.remove(&number);
-            } else {
-                flow.quick = flow.quick.saturating_sub(1);
-            }
+        if !released {
+            self.flow().release(ask, long);
         }
         self.send_now();
         self.kick();
@@ -915,6 +942,17 @@ impl Inner {
             }
         }
         again
+    }
+
+    /// Marks the tasks of `results` as carried on a poll (or back in the
+    /// outbox, `false`).
+    fn mark_sent(&self, results: &[TaskResult], sent: bool) {
+        let mut held = self.held();
+        for r in results {
+            if let Some(h) = held.get_mut(&r.token) {
+                h.sent = sent;
+            }
+        }
     }
 
     /// A result is settled: its slot is free.
@@ -1019,6 +1057,7 @@ impl Inner {
                 supervisor: supervisor.abort_handle(),
                 stopped: None,
                 done: false,
+                sent: false,
                 received: tokio::time::Instant::now(),
             },
         );
