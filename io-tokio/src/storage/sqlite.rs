@@ -137,26 +137,24 @@ impl SqliteStore {
         }
         let rows = sqlx::query(
             "BEGIN IMMEDIATE; \
-             SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
-             WHERE id IN (SELECT value FROM json_each(?))",
+             SELECT json_group_array(json_array(id, last_seq, owner_node, owner_epoch, status)) \
+             FROM executions WHERE id IN (SELECT value FROM json_each(?))",
         )
         .bind(encode(&ids)?)
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
+        // One row holding them all: each row of a result is a message from
+        // the writer's thread, and this read is on every commit's path.
+        let stored: Vec<(String, u64, String, u64, String)> = match rows.first() {
+            Some(r) => decode(&r.try_get::<String, _>(0).map_err(unavailable)?)?,
+            None => Vec::new(),
+        };
         let mut current: BTreeMap<String, (u64, String, u64)> = BTreeMap::new();
         let mut statuses = BTreeMap::new();
-        for r in &rows {
-            let id = r.try_get::<String, _>(0).map_err(unavailable)?;
-            statuses.insert(id.clone(), r.try_get::<String, _>(4).map_err(unavailable)?);
-            current.insert(
-                id,
-                (
-                    to_u64(r.try_get::<i64, _>(1).map_err(unavailable)?),
-                    r.try_get::<String, _>(2).map_err(unavailable)?,
-                    to_u64(r.try_get::<i64, _>(3).map_err(unavailable)?),
-                ),
-            );
+        for (id, last_seq, owner_node, owner_epoch, status) in stored {
+            statuses.insert(id.clone(), status);
+            current.insert(id, (last_seq, owner_node, owner_epoch));
         }
         let mut entries: BTreeMap<i64, String> = BTreeMap::new();
         if !tx.inbox_consumed.is_empty() {
