@@ -431,7 +431,12 @@ impl PostgresStore {
         // stays the same no indexed column changes, so the update is HOT.
         // Rows locked in id order first (the upsert's rows are in id order
         // too): concurrent writers never wait on each other in a cycle.
-        // Planned per call, like the lock of `lock_rows`.
+        // Prepared once per connection: planning this statement on every
+        // call made a commit one execution at a time take 1.02 ms instead
+        // of 0.66 ms. The generic plan PostgreSQL settles on after
+        // a few calls cannot be the sequential scan that `lock_rows` avoids
+        // by planning per call, because the commit connection prices
+        // sequential scans out (`enable_seqscan = off`).
         let rows = sqlx::query(
             "WITH before AS (SELECT id, last_seq, owner_node, owner_epoch FROM executions \
              WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
@@ -451,7 +456,7 @@ impl PostgresStore {
              SELECT id, last_seq, owner_node, owner_epoch FROM before \
              UNION ALL SELECT NULL, count(*), NULL, NULL FROM appended",
         )
-        .persistent(false)
+        .persistent(true)
         .bind(&ids)
         .bind(&workflows)
         .bind(&versions)
