@@ -587,3 +587,17 @@ fn finding_29_a_judgment_on_an_uncommitted_result_waits_for_its_write() {
 fn finding_30_results_carried_on_a_poll_read_back_together() {
     passes(0x8, Scenario::EvictionInvisible);
 }
+
+/// Finding 31 (an unexplored range, `--seeds 3000 --from 9300000000`): a
+/// member just restarted read a signal's inbox entry for an execution it
+/// did not hold yet and asked for a read; it took the execution back
+/// before the read came, so the read's answer was set aside as older than
+/// memory and never marked the read done. The execution then finished and
+/// left memory, the write deleting the entry failed, and from then on the
+/// entry found a read "still under way" each time and waited for it: it
+/// stayed in the inbox for good (0x22a52c777). A read's answer now marks
+/// every execution it returns as read, whatever becomes of it.
+#[test]
+fn finding_31_an_inbox_read_answered_while_held_is_done() {
+    passes(0x22a52c777, Scenario::ClusterShared);
+}

@@ -178,6 +178,11 @@ impl Engine {
         let wants_history = matches!(done.request, Some(Parked::One(_, Request::History { .. })));
         for stored in executions {
             let id = stored.execution_id.clone();
+            // An inbox entry that asked for this read may ask again, whatever
+            // the answer is used for below (seed 0x22a52c777: read while
+            // not held, taken back meanwhile, finished and forgotten, its
+            // entry then never read it again and stayed in the inbox).
+            self.read_for_inbox(&id);
             if wants_history {
                 if stored.events.is_empty() {
                     known.absent.insert(id.clone());
@@ -206,7 +211,6 @@ impl Engine {
                 continue;
             }
             if self.is_shared() {
-                self.read_for_inbox(&id);
                 let p = crate::history::Projection::fold(&id, &stored.events);
                 if !p.status.is_terminal() {
                     // Running, and not this node's: never held here.
