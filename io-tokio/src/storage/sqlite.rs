@@ -194,12 +194,12 @@ impl SqliteStore {
     /// already ended it, `COMMIT` ran and failed, and whether it is durable
     /// is unknown.
     async fn failed_write(
-        mut conn: sqlx::pool::PoolConnection<Sqlite>,
+        conn: sqlx::pool::PoolConnection<Sqlite>,
         appends: &[Append],
         error: sqlx::Error,
     ) -> StorageError {
-        match sqlx::query("ROLLBACK").execute(&mut *conn).await {
-            Ok(_)
+        match roll_back(conn).await {
+            Rollback::Undone
                 if error
                     .as_database_error()
                     .is_some_and(|d| d.is_unique_violation()) =>
@@ -211,14 +211,8 @@ impl SqliteStore {
                     stale: appended_twice(appends),
                 }
             }
-            Ok(_) => unavailable(error),
-            Err(e) if is_not_in_transaction(&e) => StorageError::Ambiguous(error.to_string()),
-            Err(e) => {
-                // The connection's state is unknown: it is not reused.
-                conn.detach();
-                tracing::warn!(error = %e, "rollback failed; connection dropped");
-                StorageError::Ambiguous(error.to_string())
-            }
+            Rollback::Undone => unavailable(error),
+            Rollback::NotOpen | Rollback::Failed => StorageError::Ambiguous(error.to_string()),
         }
     }
 
@@ -301,10 +295,33 @@ fn appended_twice(appends: &[Append]) -> Vec<String> {
     }
 }
 
-/// Whether `ROLLBACK` failed because no transaction was open.
-fn is_not_in_transaction(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .is_some_and(|d| d.message().contains("no transaction is active"))
+/// What `ROLLBACK` found.
+enum Rollback {
+    /// An open transaction, now undone.
+    Undone,
+    /// No open transaction.
+    NotOpen,
+    /// It failed otherwise: the connection's state is unknown, and it was
+    /// dropped rather than reused.
+    Failed,
+}
+
+/// Rolls back whatever transaction `conn` has open.
+async fn roll_back(mut conn: sqlx::pool::PoolConnection<Sqlite>) -> Rollback {
+    match sqlx::query("ROLLBACK").execute(&mut *conn).await {
+        Ok(_) => Rollback::Undone,
+        Err(e)
+            if e.as_database_error()
+                .is_some_and(|d| d.message().contains("no transaction is active")) =>
+        {
+            Rollback::NotOpen
+        }
+        Err(e) => {
+            conn.detach();
+            tracing::warn!(error = %e, "rollback failed; connection dropped");
+            Rollback::Failed
+        }
+    }
 }
 
 /// An `idempotency` row (SQLite keeps `status` as a 64-bit integer).
@@ -318,20 +335,14 @@ impl Storage for SqliteStore {
         let mut conn = self.writer.acquire().await.map_err(unavailable)?;
         // Two round trips to the writer's thread: BEGIN with the check's
         // read, then every write with COMMIT (see `writes`).
-        let written = match Self::begin(&mut conn, tx).await {
-            Ok(stored) => Rows::new(tx, &stored),
-            Err(err) => Err(err),
-        };
+        let written = Self::begin(&mut conn, tx)
+            .await
+            .and_then(|stored| Rows::new(tx, &stored));
         let rows = match written {
             Ok(rows) => rows,
             Err(err) => {
-                if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-                    if !is_not_in_transaction(&e) {
-                        // A failed rollback leaves the connection unusable.
-                        conn.detach();
-                        tracing::warn!(error = %e, "rollback failed; connection dropped");
-                    }
-                }
+                // Whether BEGIN had run or not, nothing was written.
+                roll_back(conn).await;
                 return Err(err);
             }
         };

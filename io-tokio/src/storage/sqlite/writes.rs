@@ -41,8 +41,8 @@ impl<'a> Rows<'a> {
         })
     }
 
-    /// The writes, in the order the old per-statement commit made them,
-    /// and `COMMIT`.
+    /// The writes (events, executions rows, definitions, idempotency
+    /// records, queue operations, consumed inbox entries), then `COMMIT`.
     pub(super) fn query(&self) -> QueryBuilder<'_, Sqlite> {
         let mut sql = QueryBuilder::<Sqlite>::new("");
         push_events(&mut sql, &self.events);
