@@ -1,6 +1,6 @@
-//! The SQLite backend: WAL, `synchronous=FULL`, one writer connection and a
-//! pool of readers, versioned migrations run at open, one transaction per
-//! commit.
+//! The SQLite backend: WAL, one writer connection (its WAL synced by the
+//! store before a commit is reported done, see `sync`) and a pool of
+//! readers, versioned migrations run at open, one transaction per commit.
 
 use super::rows::{
     self, decode, encode, execution_row, to_i64, to_u64, unavailable, EXECUTION_COLUMNS,
@@ -14,6 +14,8 @@ use super::{ListPage, Purged};
 use async_trait::async_trait;
 
 mod reads;
+mod sync;
+mod writer;
 mod writes;
 use orbit_core::history::Event;
 use sqlx::sqlite::{
@@ -23,7 +25,10 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
+use sync::WalSync;
+use writer::{Rollback, Writer};
 use writes::Rows;
 
 /// How to open a SQLite store.
@@ -51,7 +56,8 @@ impl SqliteOptions {
 /// A store in one SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    writer: SqlitePool,
+    writer: Arc<Writer>,
+    sync: Arc<WalSync>,
     readers: SqlitePool,
 }
 
@@ -70,24 +76,27 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.busy_timeout)
             .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
-            .connect_with(connect.clone())
-            .await
-            .map_err(unavailable)?;
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&writer)
-            .await
-            .map_err(|e| StorageError::Unavailable(format!("migration failed: {e}")))?;
+        let wal_of = connect.get_filename().to_owned();
+        // The writer leaves syncing the WAL to `sync` (see there).
+        let writer = Writer::open(connect.clone().synchronous(SqliteSynchronous::Normal)).await?;
+        {
+            let mut held = writer.lock().await?;
+            sqlx::migrate!("./migrations/sqlite")
+                .run(held.conn()?)
+                .await
+                .map_err(|e| StorageError::Unavailable(format!("migration failed: {e}")))?;
+        }
         let readers = SqlitePoolOptions::new()
             .max_connections(options.readers.max(1))
             .acquire_timeout(options.busy_timeout + Duration::from_secs(5))
             .connect_with(connect.read_only(true))
             .await
             .map_err(unavailable)?;
-        Ok(SqliteStore { writer, readers })
+        Ok(SqliteStore {
+            writer: Arc::new(writer),
+            sync: Arc::new(WalSync::new(wal_of)),
+            readers,
+        })
     }
 
     /// Closes every connection.
@@ -96,10 +105,17 @@ impl SqliteStore {
         self.writer.close().await;
     }
 
+    /// How many times the store has synced the WAL itself (see `sync`):
+    /// at least once for each commit reported done since it opened.
+    pub fn wal_syncs(&self) -> u64 {
+        self.sync.syncs()
+    }
+
     /// The writer connection's `(journal_mode, synchronous)` pragmas, for
     /// operators and tests to check the durability settings.
     pub async fn pragmas(&self) -> Result<(String, i64), StorageError> {
-        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
+        let mut held = self.writer.lock().await?;
+        let conn = held.conn()?;
         let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
             .fetch_one(&mut *conn)
             .await
@@ -194,11 +210,11 @@ impl SqliteStore {
     /// already ended it, `COMMIT` ran and failed, and whether it is durable
     /// is unknown.
     async fn failed_write(
-        conn: sqlx::pool::PoolConnection<Sqlite>,
+        held: &mut writer::Held<'_>,
         appends: &[Append],
         error: sqlx::Error,
     ) -> StorageError {
-        match roll_back(conn).await {
+        match held.roll_back().await {
             Rollback::Undone
                 if error
                     .as_database_error()
@@ -295,35 +311,6 @@ fn appended_twice(appends: &[Append]) -> Vec<String> {
     }
 }
 
-/// What `ROLLBACK` found.
-enum Rollback {
-    /// An open transaction, now undone.
-    Undone,
-    /// No open transaction.
-    NotOpen,
-    /// It failed otherwise: the connection's state is unknown, and it was
-    /// dropped rather than reused.
-    Failed,
-}
-
-/// Rolls back whatever transaction `conn` has open.
-async fn roll_back(mut conn: sqlx::pool::PoolConnection<Sqlite>) -> Rollback {
-    match sqlx::query("ROLLBACK").execute(&mut *conn).await {
-        Ok(_) => Rollback::Undone,
-        Err(e)
-            if e.as_database_error()
-                .is_some_and(|d| d.message().contains("no transaction is active")) =>
-        {
-            Rollback::NotOpen
-        }
-        Err(e) => {
-            conn.detach();
-            tracing::warn!(error = %e, "rollback failed; connection dropped");
-            Rollback::Failed
-        }
-    }
-}
-
 /// An `idempotency` row (SQLite keeps `status` as a 64-bit integer).
 fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
     rows::idempotency_row::<_, i64>(r)
@@ -332,17 +319,21 @@ fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
 #[async_trait]
 impl Storage for SqliteStore {
     async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
-        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
+        let mut held = self.writer.lock().await?;
+        held.begun();
         // Two round trips to the writer's thread: BEGIN with the check's
         // read, then every write with COMMIT (see `writes`).
-        let written = Self::begin(&mut conn, tx)
-            .await
-            .and_then(|stored| Rows::new(tx, &stored));
+        let written = match held.conn() {
+            Ok(conn) => Self::begin(conn, tx)
+                .await
+                .and_then(|stored| Rows::new(tx, &stored)),
+            Err(e) => Err(e),
+        };
         let rows = match written {
             Ok(rows) => rows,
             Err(err) => {
                 // Whether BEGIN had run or not, nothing was written.
-                roll_back(conn).await;
+                held.roll_back().await;
                 return Err(err);
             }
         };
@@ -352,11 +343,16 @@ impl Storage for SqliteStore {
             .query()
             .build()
             .persistent(false)
-            .execute(&mut *conn)
+            .execute(held.conn()?)
             .await;
         match result {
-            Ok(_) => Ok(()),
-            Err(error) => Err(Self::failed_write(conn, &tx.appends, error).await),
+            Ok(_) => {
+                held.ended();
+                let number = self.sync.written();
+                drop(held);
+                self.sync.durable(number).await
+            }
+            Err(error) => Err(Self::failed_write(&mut held, &tx.appends, error).await),
         }
     }
 
@@ -522,16 +518,18 @@ impl Storage for SqliteStore {
     async fn check_writable(&self) -> Result<(), StorageError> {
         // Take the write lock and give it back: fails when the file is
         // read-only, locked by another program or the disk is gone.
-        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
-        sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut *conn)
+        let mut held = self.writer.lock().await?;
+        held.begun();
+        let begun = sqlx::query("BEGIN IMMEDIATE")
+            .execute(held.conn()?)
             .await
-            .map_err(unavailable)?;
-        if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-            conn.detach();
-            return Err(unavailable(e));
+            .map_err(unavailable);
+        match held.roll_back().await {
+            Rollback::Failed => Err(StorageError::Unavailable(
+                "the writer connection could not roll back".into(),
+            )),
+            Rollback::Undone | Rollback::NotOpen => begun.map(|_| ()),
         }
-        Ok(())
     }
 
     async fn ping(&self) -> Result<(), StorageError> {
@@ -564,7 +562,7 @@ impl Storage for SqliteStore {
                  (SELECT rowid FROM idempotency WHERE expires_at <= ? LIMIT 500)",
             )
             .bind(to_i64(now))
-            .execute(&self.writer)
+            .execute(self.writer.lock().await?.conn()?)
             .await
             .map_err(unavailable)?
             .rows_affected();
@@ -668,11 +666,11 @@ mod tests {
 
         // Removing a queue row and consuming inbox entries.
         sqlx::query("INSERT INTO inbox (node_id, execution_id, body, created_at) VALUES ('n', 'a', '{}', 1), ('n', 'b', '{}', 2)")
-            .execute(&store.writer)
+            .execute(store.writer.lock().await.unwrap().conn().unwrap())
             .await
             .unwrap();
         let first: i64 = sqlx::query_scalar("SELECT MIN(id) FROM inbox")
-            .fetch_one(&store.writer)
+            .fetch_one(store.writer.lock().await.unwrap().conn().unwrap())
             .await
             .unwrap();
         let t = Transaction {
@@ -693,7 +691,7 @@ mod tests {
         store.commit(&t).await.unwrap();
         assert_eq!(store.queue().await.unwrap(), vec![enqueue("a", "u2", 2)]);
         let left: Vec<String> = sqlx::query_scalar("SELECT execution_id FROM inbox")
-            .fetch_all(&store.writer)
+            .fetch_all(store.writer.lock().await.unwrap().conn().unwrap())
             .await
             .unwrap();
         assert_eq!(left, vec!["b".to_owned()]);
@@ -766,7 +764,11 @@ mod tests {
 
     /// Runs `sql` on the writer connection (a planted failure).
     async fn plant(store: &SqliteStore, sql: &str) {
-        sqlx::raw_sql(sql).execute(&store.writer).await.unwrap();
+        let mut held = store.writer.lock().await.unwrap();
+        sqlx::raw_sql(sql)
+            .execute(held.conn().unwrap())
+            .await
+            .unwrap();
     }
 
     /// Whether `id` has any stored event.

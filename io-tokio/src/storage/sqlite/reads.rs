@@ -3,7 +3,7 @@
 
 use super::{encode, execution_row, to_i64, unavailable, SqliteStore, EXECUTION_COLUMNS};
 use crate::storage::{is_terminal, ExecutionRow, ListPage, Purged, StorageError};
-use sqlx::{Row, Sqlite};
+use sqlx::{Connection, Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl SqliteStore {
@@ -65,7 +65,8 @@ impl SqliteStore {
         finished_before: u64,
         limit: u32,
     ) -> Result<Purged, StorageError> {
-        let mut tx = self.writer.begin().await.map_err(unavailable)?;
+        let mut held = self.writer.lock().await?;
+        let mut tx = held.conn()?.begin().await.map_err(unavailable)?;
         let roots: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM executions WHERE parent IS NULL \
              AND finished_at IS NOT NULL AND finished_at < ? \
