@@ -762,6 +762,33 @@ mod tests {
         assert_eq!(store.execution("y").await.unwrap().unwrap().last_seq, 1);
     }
 
+    #[tokio::test]
+    async fn a_transaction_left_open_by_a_cancelled_holder_is_rolled_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        {
+            // A holder cancelled after BEGIN and a write, before COMMIT.
+            let mut held = store.writer.lock().await.unwrap();
+            held.begun();
+            sqlx::raw_sql(
+                "BEGIN IMMEDIATE; INSERT INTO events (execution_id, seq, at, type, body) \
+                 VALUES ('ghost', 1, 0, 'WorkflowStarted', '{}')",
+            )
+            .execute(held.conn().unwrap())
+            .await
+            .unwrap();
+        }
+        store
+            .commit(&Transaction {
+                appends: vec![append("next", 0, 1)],
+                ..Transaction::default()
+            })
+            .await
+            .unwrap();
+        assert!(has_events(&store, "next").await);
+        assert!(!has_events(&store, "ghost").await);
+    }
+
     /// Runs `sql` on the writer connection (a planted failure).
     async fn plant(store: &SqliteStore, sql: &str) {
         let mut held = store.writer.lock().await.unwrap();

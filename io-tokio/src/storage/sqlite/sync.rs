@@ -97,3 +97,43 @@ impl WalSync {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn a_sync_covers_every_commit_written_before_it_began_and_no_later_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("orbit.db");
+        std::fs::write(dir.path().join("orbit.db-wal"), b"frames").unwrap();
+        let sync = WalSync::new(db);
+
+        let first = sync.written();
+        sync.durable(first).await.unwrap();
+        assert_eq!(sync.syncs(), 1);
+        // Already on disk: no second sync.
+        sync.durable(first).await.unwrap();
+        assert_eq!(sync.syncs(), 1);
+
+        // Two commits written before one sync: it covers both.
+        let (second, third) = (sync.written(), sync.written());
+        sync.durable(second).await.unwrap();
+        sync.durable(third).await.unwrap();
+        assert_eq!(sync.syncs(), 2);
+
+        // A commit written after that sync needs one of its own.
+        let fourth = sync.written();
+        sync.durable(fourth).await.unwrap();
+        assert_eq!(sync.syncs(), 3);
+    }
+
+    #[tokio::test]
+    async fn no_wal_means_nothing_to_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let sync = WalSync::new(dir.path().join("orbit.db"));
+        let n = sync.written();
+        sync.durable(n).await.unwrap();
+    }
+}
