@@ -129,6 +129,8 @@ impl SqliteStore {
                 .await
                 .map_err(unavailable)?
                 .rows_affected();
+        // Not synced by the store (see `sync`): a purge a power cut undoes
+        // is simply done again.
         tx.commit().await.map_err(unavailable)?;
         Ok(purged)
     }
