@@ -324,12 +324,10 @@ impl Storage for SqliteStore {
         // Two round trips to the writer's thread: BEGIN with the check's
         // read, then every write with COMMIT (see `writes`).
         let written = match held.conn() {
-            Ok(conn) => Self::begin(conn, tx)
-                .await
-                .and_then(|stored| Rows::new(tx, &stored)),
+            Ok(conn) => Self::begin(conn, tx).await,
             Err(e) => Err(e),
         };
-        let rows = match written {
+        let rows = match written.and_then(|stored| Rows::new(tx, &stored)) {
             Ok(rows) => rows,
             Err(err) => {
                 // Whether BEGIN had run or not, nothing was written.
@@ -787,6 +785,21 @@ mod tests {
             .unwrap();
         assert!(has_events(&store, "next").await);
         assert!(!has_events(&store, "ghost").await);
+    }
+
+    #[tokio::test]
+    async fn a_closed_store_refuses_commits_instead_of_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        store.close().await;
+        let t = Transaction {
+            appends: vec![append("late", 0, 1)],
+            ..Transaction::default()
+        };
+        match store.commit(&t).await {
+            Err(StorageError::Unavailable(message)) => assert!(message.contains("closed")),
+            other => panic!("expected unavailable, got {other:?}"),
+        }
     }
 
     /// Runs `sql` on the writer connection (a planted failure).

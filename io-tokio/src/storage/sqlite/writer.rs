@@ -26,11 +26,12 @@ pub(super) struct Writer {
 /// What the lock guards.
 #[derive(Debug)]
 struct Slot {
-    /// `None` once dropped as unusable (or closed); opened again on the
-    /// next lock.
+    /// `None` once dropped as unusable; opened again on the next lock.
     conn: Option<SqliteConnection>,
     /// A holder began a transaction and has not ended it.
     open: bool,
+    /// The store was closed: every later lock fails.
+    closed: bool,
 }
 
 /// What `ROLLBACK` found.
@@ -52,6 +53,7 @@ impl Writer {
             slot: Mutex::new(Slot {
                 conn: Some(conn),
                 open: false,
+                closed: false,
             }),
             connect,
         })
@@ -62,6 +64,9 @@ impl Writer {
     /// left open.
     pub(super) async fn lock(&self) -> Result<Held<'_>, StorageError> {
         let mut slot = self.slot.lock().await;
+        if slot.closed {
+            return Err(StorageError::Unavailable("the store is closed".into()));
+        }
         if slot.open {
             let mut held = Held { slot };
             held.roll_back().await;
@@ -73,13 +78,14 @@ impl Writer {
         Ok(Held { slot })
     }
 
-    /// Closes the connection; a later lock opens it again.
+    /// Closes the connection for good (after the holder before has
+    /// finished).
     pub(super) async fn close(&self) {
         let mut slot = self.slot.lock().await;
+        slot.closed = true;
         if let Some(conn) = slot.conn.take() {
             let _ = conn.close().await;
         }
-        slot.open = false;
     }
 }
 
