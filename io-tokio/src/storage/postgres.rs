@@ -21,6 +21,7 @@ use async_trait::async_trait;
 mod in_doubt;
 mod reads;
 mod shared;
+mod writer;
 pub use in_doubt::{InDoubt, Outcome};
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -56,7 +57,7 @@ impl PostgresOptions {
 /// A store in one PostgreSQL database.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
-    writer: PgPool,
+    writer: Arc<writer::Writer>,
     readers: PgPool,
     /// Shared cluster mode's calls (connected on first use).
     cluster: PgPool,
@@ -113,7 +114,7 @@ impl PostgresStore {
         let cluster = pool_options(options.readers.max(1), options.acquire_timeout)
             .connect_lazy_with(connect.application_name("orbit-shared"));
         Ok(PostgresStore {
-            writer,
+            writer: Arc::new(writer::Writer::new(writer)),
             readers,
             cluster,
             fence: None,
@@ -199,14 +200,14 @@ impl PostgresStore {
     /// (dropped if it fails, as the writer pool does not test connections
     /// before use).
     pub async fn writer_setting(&self, name: &str) -> Result<String, StorageError> {
-        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
+        let mut held = self.writer.lock().await?;
         match sqlx::query_scalar(&format!("SHOW {name}"))
-            .fetch_one(&mut *conn)
+            .fetch_one(held.conn()?)
             .await
         {
             Ok(value) => Ok(value),
             Err(e) => {
-                conn.detach();
+                held.detach();
                 Err(unavailable(e))
             }
         }
@@ -781,23 +782,23 @@ impl Storage for PostgresStore {
         if self.fence.as_ref().is_some_and(|f| f.is_deposed()) {
             return Err(LeaderFence::refusal());
         }
-        let mut conn = self.writer.acquire().await.map_err(unavailable)?;
-        let doubt = match in_doubt::begin(&mut conn).await {
+        let mut held = self.writer.lock().await?;
+        let conn = held.conn()?;
+        let doubt = match in_doubt::begin(conn).await {
             Ok(doubt) => doubt,
             Err(e) => {
-                // The writer pool does not test connections before handing
-                // them out (a round trip per commit): a broken one is
-                // dropped here.
-                conn.detach();
+                // The connection is not tested between commits (a round
+                // trip each): a broken one is dropped here.
+                held.detach();
                 return Err(unavailable(e));
             }
         };
         let applied = match &self.fence {
-            Some(fence) => match fence.check(&mut conn).await {
-                Ok(()) => Self::apply(&mut conn, tx).await,
+            Some(fence) => match fence.check(conn).await {
+                Ok(()) => Self::apply(conn, tx).await,
                 Err(e) => Err(e),
             },
-            None => Self::apply(&mut conn, tx).await,
+            None => Self::apply(conn, tx).await,
         };
         match applied {
             Ok(()) => match sqlx::query("COMMIT").execute(&mut *conn).await {
@@ -805,7 +806,8 @@ impl Storage for PostgresStore {
                 Err(e) => {
                     // Whatever happened, the connection must not be reused
                     // inside a transaction or half-broken.
-                    conn.detach();
+                    held.detach();
+                    drop(held);
                     match commit_error(e) {
                         StorageError::Ambiguous(message) => {
                             self.after_lost_commit(doubt, message).await
@@ -818,7 +820,7 @@ impl Storage for PostgresStore {
                 if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
                     // A failed rollback leaves the connection unusable; the
                     // server rolls the transaction back when it goes away.
-                    conn.detach();
+                    held.detach();
                     tracing::warn!(error = %e, "rollback failed; connection dropped");
                 }
                 Err(err)
