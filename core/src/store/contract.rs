@@ -120,6 +120,7 @@ pub async fn run(store: &dyn Storage) -> Result<(), Violation> {
     reads_return_exactly_what_was_committed(store).await?;
     list_is_newest_first_with_cursor(store).await?;
     a_large_group_commit_is_stored_whole(store).await?;
+    counts_per_status_follow_the_rows(store).await?;
     Ok(())
 }
 
@@ -643,5 +644,87 @@ pub async fn a_large_group_commit_is_stored_whole(store: &dyn Storage) -> Result
             stored.row
         );
     }
+    Ok(())
+}
+
+/// Executions per status (`count_by_status`) move with every commit —
+/// new executions, status changes, a refused transaction that changes
+/// nothing — and with retention, and always equal the rows stored.
+pub async fn counts_per_status_follow_the_rows(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "counts_per_status_follow_the_rows";
+    use std::collections::BTreeMap;
+    async fn counts(store: &dyn Storage) -> Result<BTreeMap<String, u64>, Violation> {
+        Ok(store
+            .count_by_status()
+            .await
+            .map_err(io(C))?
+            .into_iter()
+            .collect())
+    }
+    async fn tally(store: &dyn Storage) -> Result<BTreeMap<String, u64>, Violation> {
+        let mut t = BTreeMap::new();
+        for e in store.load_all().await.map_err(io(C))? {
+            *t.entry(e.row.status).or_default() += 1;
+        }
+        Ok(t)
+    }
+    fn with_status(mut a: Append, status: &str) -> Append {
+        a.projection.status = status.to_owned();
+        a
+    }
+    let before = counts(store).await?;
+    ensure!(
+        C,
+        before == tally(store).await?,
+        "counts {before:?} are not the rows'"
+    );
+    let (a, b, c) = (unique("count-a"), unique("count-b"), unique("count-c"));
+    store
+        .commit(&tx(vec![append(&a, 0, 2), append(&b, 0, 2)]))
+        .await
+        .map_err(io(C))?;
+    store
+        .commit(&tx(vec![
+            with_status(append(&a, 2, 3), "completed"),
+            with_status(append(&b, 2, 3), "failed"),
+            with_status(append(&c, 0, 1), "pending"),
+        ]))
+        .await
+        .map_err(io(C))?;
+    // Refused (stale): changes no count.
+    let refused = store
+        .commit(&tx(vec![with_status(append(&a, 1, 4), "cancelled")]))
+        .await;
+    ensure!(
+        C,
+        matches!(refused, Err(StorageError::Conflict { .. })),
+        "a stale append was not refused: {refused:?}"
+    );
+    let mut expected = before.clone();
+    for status in ["completed", "failed", "pending"] {
+        *expected.entry(status.to_owned()).or_default() += 1;
+    }
+    let after = counts(store).await?;
+    ensure!(
+        C,
+        after == expected,
+        "counts {after:?}, expected {expected:?}"
+    );
+    ensure!(
+        C,
+        after == tally(store).await?,
+        "counts {after:?} are not the rows'"
+    );
+    // Retention takes what it deletes off the counts.
+    let purged = store
+        .purge_finished(u64::MAX / 4, 10_000)
+        .await
+        .map_err(io(C))?;
+    let left = counts(store).await?;
+    ensure!(
+        C,
+        left == tally(store).await?,
+        "after purging {purged:?}: counts {left:?} are not the rows'"
+    );
     Ok(())
 }

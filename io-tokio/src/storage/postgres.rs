@@ -360,11 +360,12 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// The events and projection upserts of all the appends, in one
-    /// statement that also locks the rows of every execution `tx` names and
-    /// returns them as they were before it (all parts of a statement see
-    /// one snapshot), with the number of events it inserted: one round
-    /// trip for the whole write. An event already stored is skipped, not
+    /// The events and projection upserts of all the appends, and what they
+    /// change in the counts per status (in the shard of
+    /// [`counts_shard`]), in one statement that also locks the rows of
+    /// every execution `tx` names and returns them as they were before it
+    /// (all parts of a statement see one snapshot), with the number of
+    /// events it inserted: one round trip for the whole write. An event already stored is skipped, not
     /// an error, so the caller judges the rule on the rows first and a
     /// shortfall after; either way the transaction is rolled back. For an
     /// execution appended twice the last append's projection wins.
@@ -439,7 +440,7 @@ impl PostgresStore {
         // by planning per call, because the commit connection prices
         // sequential scans out (`enable_seqscan = off`).
         let rows = sqlx::query(
-            "WITH before AS (SELECT id, last_seq, owner_node, owner_epoch FROM executions \
+            "WITH before AS (SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
              WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
              written AS (INSERT INTO executions (id, workflow, version, definition_hash, status, \
              parent, input, output, error, created_at, updated_at, finished_at, last_seq, \
@@ -453,7 +454,15 @@ impl PostgresStore {
              owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch), \
              appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
              SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
-             ON CONFLICT DO NOTHING RETURNING 1) \
+             ON CONFLICT DO NOTHING RETURNING 1), \
+             counted AS (INSERT INTO execution_counts (shard, status, n) \
+             SELECT $22, c.status, sum(c.n) FROM ( \
+             SELECT w.status, 1 AS n FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
+             LEFT JOIN before b ON b.id = w.id WHERE b.status IS DISTINCT FROM w.status \
+             UNION ALL SELECT b.status, -1 FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
+             JOIN before b ON b.id = w.id WHERE b.status <> w.status) c \
+             GROUP BY c.status HAVING sum(c.n) <> 0 \
+             ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n) \
              SELECT id, last_seq, owner_node, owner_epoch FROM before \
              UNION ALL SELECT NULL, count(*), NULL, NULL FROM appended",
         )
@@ -479,6 +488,7 @@ impl PostgresStore {
         .bind(&ats)
         .bind(&types)
         .bind(&bodies)
+        .bind(counts_shard(tx))
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
@@ -734,6 +744,37 @@ impl PostgresStore {
     }
 }
 
+/// The shard of `execution_counts` a commit adds to: a shared-mode
+/// member's own (its node id), so that members never wait on each other's
+/// totals; `''` for a single server and the leader of `--cluster` (one
+/// writer at a time) and for retention.
+fn counts_shard(tx: &Transaction) -> &str {
+    tx.writer.as_ref().map_or("", |w| w.node_id.as_str())
+}
+
+/// Adds `changes` (status, change) to the running totals in shard `''`.
+async fn add_counts(
+    conn: &mut sqlx::PgConnection,
+    changes: &BTreeMap<String, i64>,
+) -> Result<(), StorageError> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let statuses: Vec<&str> = changes.keys().map(String::as_str).collect();
+    let ns: Vec<i64> = changes.values().copied().collect();
+    sqlx::query(
+        "INSERT INTO execution_counts (shard, status, n) \
+         SELECT '', s, n FROM UNNEST($1::text[], $2::int8[]) AS c(s, n) \
+         ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n",
+    )
+    .bind(&statuses)
+    .bind(&ns)
+    .execute(conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
 /// Rows as the conflict rule reads them: id -> (last seq, owner node,
 /// owner epoch).
 type Rows = BTreeMap<String, (u64, String, u64)>;
@@ -877,11 +918,15 @@ impl Storage for PostgresStore {
 
     async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError> {
         self.settled().await?;
-        let rows =
-            sqlx::query("SELECT status, COUNT(*) FROM executions GROUP BY status ORDER BY status")
-                .fetch_all(&self.readers)
-                .await
-                .map_err(unavailable)?;
+        // The running totals (migration `0016`) summed over their shards,
+        // not a count of the rows.
+        let rows = sqlx::query(
+            "SELECT status, SUM(n)::int8 FROM execution_counts GROUP BY status \
+             HAVING SUM(n) <> 0 ORDER BY status",
+        )
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
         rows.iter()
             .map(|r| {
                 Ok((

@@ -401,11 +401,14 @@ impl Storage for SqliteStore {
     }
 
     async fn count_by_status(&self) -> Result<Vec<(String, u64)>, StorageError> {
-        let rows =
-            sqlx::query("SELECT status, COUNT(*) FROM executions GROUP BY status ORDER BY status")
-                .fetch_all(&self.readers)
-                .await
-                .map_err(unavailable)?;
+        // The running totals (migration `0016`), not a count of the rows.
+        let rows = sqlx::query(
+            "SELECT status, SUM(n) FROM execution_counts GROUP BY status \
+             HAVING SUM(n) <> 0 ORDER BY status",
+        )
+        .fetch_all(&self.readers)
+        .await
+        .map_err(unavailable)?;
         rows.iter()
             .map(|r| {
                 Ok((

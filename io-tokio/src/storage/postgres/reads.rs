@@ -1,5 +1,6 @@
 //! PostgreSQL queries of issue 13: a list page from one index whatever the
-//! filters (migration `0013`), and retention in small transactions.
+//! filters (migration `0013`), and retention in small transactions (each
+//! takes what it removes off the counts per status).
 
 use super::{execution_row, to_i64, unavailable, PostgresStore, EXECUTION_COLUMNS};
 use crate::storage::{is_terminal, ExecutionRow, ListPage, Purged, StorageError};
@@ -127,12 +128,19 @@ impl PostgresStore {
                 .await
                 .map_err(unavailable)?;
         }
-        purged.executions = sqlx::query("DELETE FROM executions WHERE id = ANY($1)")
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?
-            .rows_affected();
+        // What is gone comes off the counts per status, in this transaction.
+        let statuses: Vec<String> =
+            sqlx::query_scalar("DELETE FROM executions WHERE id = ANY($1) RETURNING status")
+                .bind(&ids)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+        purged.executions = statuses.len() as u64;
+        let mut removed: BTreeMap<String, i64> = BTreeMap::new();
+        for status in statuses {
+            *removed.entry(status).or_default() -= 1;
+        }
+        super::add_counts(&mut tx, &removed).await?;
         tx.commit().await.map_err(unavailable)?;
         Ok(purged)
     }

@@ -1,9 +1,11 @@
 //! SQLite queries of issue 13: a list page from one index whatever the
-//! filters (migration `0013`), and retention in small transactions.
+//! filters (migration `0013`), and retention in small transactions (each
+//! takes what it removes off the counts per status).
 
+use super::writes::push_counts;
 use super::{encode, execution_row, to_i64, unavailable, SqliteStore, EXECUTION_COLUMNS};
 use crate::storage::{is_terminal, ExecutionRow, ListPage, Purged, StorageError};
-use sqlx::{Connection, Row, Sqlite};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl SqliteStore {
@@ -122,13 +124,29 @@ impl SqliteStore {
             .await
             .map_err(unavailable)?;
         }
-        purged.executions =
-            sqlx::query("DELETE FROM executions WHERE id IN (SELECT value FROM json_each(?))")
-                .bind(&ids)
+        // What is gone comes off the counts per status, in this transaction.
+        let statuses: Vec<String> = sqlx::query_scalar(
+            "DELETE FROM executions WHERE id IN (SELECT value FROM json_each(?)) RETURNING status",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+        purged.executions = statuses.len() as u64;
+        let mut removed: BTreeMap<String, i64> = BTreeMap::new();
+        for status in statuses {
+            *removed.entry(status).or_default() -= 1;
+        }
+        if !removed.is_empty() {
+            let removed: Vec<(String, i64)> = removed.into_iter().collect();
+            let mut counts = QueryBuilder::<Sqlite>::new("");
+            push_counts(&mut counts, &removed);
+            counts
+                .build()
                 .execute(&mut *tx)
                 .await
-                .map_err(unavailable)?
-                .rows_affected();
+                .map_err(unavailable)?;
+        }
         // Not synced by the store (see `sync`): a purge a power cut undoes
         // is simply done again.
         tx.commit().await.map_err(unavailable)?;

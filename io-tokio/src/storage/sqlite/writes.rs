@@ -1,7 +1,8 @@
 //! What a commit writes, as SQL: the events and projection rows of its
-//! appends, its definitions, idempotency records, queue operations and
-//! consumed inbox entries, then `COMMIT`, all in one multi-statement query
-//! (one round trip to the writer connection's thread).
+//! appends, the change they make to the executions counted per status, its
+//! definitions, idempotency records, queue operations and consumed inbox
+//! entries, then `COMMIT`, all in one multi-statement query (one round trip
+//! to the writer connection's thread).
 
 use super::super::rows::{self, encode, finished_at, last_seq, owner, to_i64, type_of};
 use super::super::Transaction;
@@ -13,6 +14,8 @@ use std::collections::BTreeMap;
 pub(super) struct Rows<'a> {
     events: Vec<EventRow<'a>>,
     projections: Vec<ProjectionRow<'a>>,
+    /// What the projections add to (or take from) each status's count.
+    counts: Vec<(String, i64)>,
     /// JSON arrays, each bound to one `json_each` statement.
     definitions: Option<String>,
     idempotency: Option<String>,
@@ -30,9 +33,11 @@ impl<'a> Rows<'a> {
     ) -> Result<Self, StorageError> {
         let (dequeued, enqueued) = queue_rows(&tx.queue)?;
         let consumed: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
+        let projections = projection_rows(&tx.appends, stored)?;
         Ok(Rows {
             events: event_rows(&tx.appends)?,
-            projections: projection_rows(&tx.appends, stored)?,
+            counts: count_changes(&projections, stored),
+            projections,
             definitions: definition_rows(&tx.definitions)?,
             idempotency: idempotency_rows(&tx.idempotency)?,
             dequeued,
@@ -47,6 +52,7 @@ impl<'a> Rows<'a> {
         let mut sql = QueryBuilder::<Sqlite>::new("");
         push_events(&mut sql, &self.events);
         push_projections(&mut sql, &self.projections);
+        push_counts(&mut sql, &self.counts);
         // Each JSON array feeds one statement: (rows, text before, text after).
         let statements = [
             (
@@ -243,6 +249,43 @@ fn push_projections<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [Projectio
              owner_epoch = excluded.owner_epoch;\n",
         );
     }
+}
+
+/// What writing `rows` changes in the count of each status: one more of
+/// the status an execution gets, one fewer of the status it leaves
+/// (`stored`: the statuses before this transaction; none for a new
+/// execution). Statuses whose count does not change are left out.
+fn count_changes(rows: &[ProjectionRow], stored: &BTreeMap<String, String>) -> Vec<(String, i64)> {
+    let mut changes: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in rows {
+        let status = r.append.projection.status.as_str();
+        let before = stored.get(&r.append.execution_id).map(String::as_str);
+        if before == Some(status) {
+            continue;
+        }
+        *changes.entry(status).or_default() += 1;
+        if let Some(before) = before {
+            *changes.entry(before).or_default() -= 1;
+        }
+    }
+    changes
+        .into_iter()
+        .filter(|(_, n)| *n != 0)
+        .map(|(status, n)| (status.to_owned(), n))
+        .collect()
+}
+
+/// Adds `changes` to the running totals of `execution_counts` (SQLite's
+/// one shard).
+pub(super) fn push_counts<'a>(sql: &mut QueryBuilder<'a, Sqlite>, changes: &'a [(String, i64)]) {
+    if changes.is_empty() {
+        return;
+    }
+    sql.push("INSERT INTO execution_counts (shard, status, n) ");
+    sql.push_values(changes, |mut row, (status, n)| {
+        row.push("''").push_bind(status.as_str()).push_bind(*n);
+    });
+    sql.push(" ON CONFLICT (shard, status) DO UPDATE SET n = n + excluded.n;\n");
 }
 
 /// `rows` as a JSON array, or `None` when there are none.
