@@ -311,6 +311,11 @@ fn appended_twice(appends: &[Append]) -> Vec<String> {
     }
 }
 
+/// One batch of expired idempotency records (found through the expiry
+/// index of migration `0017`).
+const PURGE_IDEMPOTENCY: &str = "DELETE FROM idempotency WHERE rowid IN \
+     (SELECT rowid FROM idempotency WHERE expires_at <= ? LIMIT 500)";
+
 /// An `idempotency` row (SQLite keeps `status` as a 64-bit integer).
 fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
     rows::idempotency_row::<_, i64>(r)
@@ -558,15 +563,12 @@ impl Storage for SqliteStore {
         // writer connection in between.
         let mut total = 0;
         loop {
-            let done = sqlx::query(
-                "DELETE FROM idempotency WHERE rowid IN \
-                 (SELECT rowid FROM idempotency WHERE expires_at <= ? LIMIT 500)",
-            )
-            .bind(to_i64(now))
-            .execute(self.writer.lock().await?.conn()?)
-            .await
-            .map_err(unavailable)?
-            .rows_affected();
+            let done = sqlx::query(PURGE_IDEMPOTENCY)
+                .bind(to_i64(now))
+                .execute(self.writer.lock().await?.conn()?)
+                .await
+                .map_err(unavailable)?
+                .rows_affected();
             total += done;
             if done < 500 {
                 return Ok(total);
@@ -734,6 +736,52 @@ mod tests {
         assert!(store.execution("new").await.unwrap().is_none());
         assert!(store.queue().await.unwrap().is_empty());
         assert_eq!(store.execution("a").await.unwrap().unwrap().last_seq, 2);
+    }
+
+    #[tokio::test]
+    async fn expired_idempotency_records_are_found_through_their_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        let expiring = |key: &str, expires_at: u64| IdempotencyRecord {
+            expires_at,
+            ..record(key, 201)
+        };
+        store
+            .commit(&Transaction {
+                idempotency: vec![
+                    expiring("old", 1_000),
+                    expiring("due", 2_000),
+                    expiring("live", 3_000),
+                ],
+                ..Transaction::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.purge_idempotency(2_000).await.unwrap(), 2);
+        let left: Vec<String> = store
+            .idempotency_records(0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(left, vec!["live".to_owned()]);
+        // Each round reads only what has expired, not every record.
+        let plan = explain(&store, PURGE_IDEMPOTENCY).await;
+        assert!(
+            plan.iter().any(|d| d.contains("idempotency_expiry")),
+            "the purge does not use the expiry index: {plan:?}"
+        );
+    }
+
+    /// `EXPLAIN QUERY PLAN` of `sql` (one `?` bound to 0): its details.
+    async fn explain(store: &SqliteStore, sql: &str) -> Vec<String> {
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .bind(0_i64)
+            .fetch_all(&store.readers)
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get::<String, _>("detail")).collect()
     }
 
     #[tokio::test]
