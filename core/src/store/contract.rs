@@ -652,22 +652,8 @@ pub async fn a_large_group_commit_is_stored_whole(store: &dyn Storage) -> Result
 /// nothing — and with retention, and always equal the rows stored.
 pub async fn counts_per_status_follow_the_rows(store: &dyn Storage) -> Result<(), Violation> {
     const C: &str = "counts_per_status_follow_the_rows";
-    use std::collections::BTreeMap;
-    async fn counts(store: &dyn Storage) -> Result<BTreeMap<String, u64>, Violation> {
-        Ok(store
-            .count_by_status()
-            .await
-            .map_err(io(C))?
-            .into_iter()
-            .collect())
-    }
-    async fn tally(store: &dyn Storage) -> Result<BTreeMap<String, u64>, Violation> {
-        let mut t = BTreeMap::new();
-        for e in store.load_all().await.map_err(io(C))? {
-            *t.entry(e.row.status).or_default() += 1;
-        }
-        Ok(t)
-    }
+    let counts = |store| counts_by_status(C, store);
+    let tally = |store| statuses_of_the_rows(C, store);
     fn with_status(mut a: Append, status: &str) -> Append {
         a.projection.status = status.to_owned();
         a
@@ -727,4 +713,29 @@ pub async fn counts_per_status_follow_the_rows(store: &dyn Storage) -> Result<()
         "after purging {purged:?}: counts {left:?} are not the rows'"
     );
     Ok(())
+}
+
+/// `count_by_status` as a map.
+pub(crate) async fn counts_by_status(
+    check: &'static str,
+    store: &dyn Storage,
+) -> Result<std::collections::BTreeMap<String, u64>, Violation> {
+    Ok(store
+        .count_by_status()
+        .await
+        .map_err(io(check))?
+        .into_iter()
+        .collect())
+}
+
+/// The executions per status, counted from every row stored.
+pub(crate) async fn statuses_of_the_rows(
+    check: &'static str,
+    store: &dyn Storage,
+) -> Result<std::collections::BTreeMap<String, u64>, Violation> {
+    let mut t = std::collections::BTreeMap::new();
+    for e in store.load_all().await.map_err(io(check))? {
+        *t.entry(e.row.status).or_default() += 1;
+    }
+    Ok(t)
 }

@@ -7,6 +7,7 @@
 
 use super::{assignee, family, slot, Dispatch, Kind, Poll, Sent, Store, Taken};
 use crate::store::contract::{append, events, fail, io, row, Violation};
+use crate::store::contract::{counts_by_status, statuses_of_the_rows};
 use crate::store::{Consumed, Fence, QueueOp, Storage, StorageError, Transaction};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -161,6 +162,7 @@ pub async fn run<S: Storage + Store>(store: &S) -> Result<(), Violation> {
     a_claim_takes_one_row_per_token(store).await?;
     session_contacts_are_read_back(store).await?;
     an_empty_node_id_is_refused(store).await?;
+    the_counts_per_status_add_up_over_the_members(store).await?;
     Ok(())
 }
 
@@ -1367,5 +1369,20 @@ pub async fn an_empty_node_id_is_refused<S: Storage + Store>(store: &S) -> Resul
     ensure!(C, r.is_err(), "claim by \"\" gave {r:?}");
     let r = store.reclaim("", "", TIMEOUT_MS, 5).await;
     ensure!(C, r.is_err(), "reclaim by \"\" gave {r:?}");
+    Ok(())
+}
+
+/// After every member has created, finished and taken over executions
+/// (each adding to counts of its own), the executions per status still
+/// equal the rows stored.
+pub async fn the_counts_per_status_add_up_over_the_members<S: Storage + Store>(
+    store: &S,
+) -> Result<(), Violation> {
+    const C: &str = "the_counts_per_status_add_up_over_the_members";
+    let counts = counts_by_status(C, store).await?;
+    let rows = statuses_of_the_rows(C, store).await?;
+    if counts != rows {
+        return Err(fail(C, format!("counts {counts:?}, rows {rows:?}")));
+    }
     Ok(())
 }
