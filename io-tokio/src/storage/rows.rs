@@ -8,6 +8,16 @@ use super::{Append, ExecutionRow, IdempotencyRecord, QueueOp, StorageError};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 use std::collections::BTreeMap;
 
+/// What deleting executions of `statuses` (one entry per row deleted)
+/// takes off the counts per status.
+pub(super) fn removed_per_status(statuses: Vec<String>) -> BTreeMap<String, i64> {
+    let mut removed: BTreeMap<String, i64> = BTreeMap::new();
+    for status in statuses {
+        *removed.entry(status).or_default() -= 1;
+    }
+    removed
+}
+
 /// An error of the database or the driver: nothing was applied.
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StorageError {
     StorageError::Unavailable(e.to_string())

@@ -3,6 +3,7 @@
 //! takes what it removes off the counts per status).
 
 use super::{execution_row, to_i64, unavailable, PostgresStore, EXECUTION_COLUMNS};
+use crate::storage::rows::removed_per_status;
 use crate::storage::{is_terminal, ExecutionRow, ListPage, Purged, StorageError};
 use sqlx::{Postgres, Row};
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,10 +137,7 @@ impl PostgresStore {
                 .await
                 .map_err(unavailable)?;
         purged.executions = statuses.len() as u64;
-        let mut removed: BTreeMap<String, i64> = BTreeMap::new();
-        for status in statuses {
-            *removed.entry(status).or_default() -= 1;
-        }
+        let removed = removed_per_status(statuses);
         super::add_counts(&mut tx, &removed).await?;
         tx.commit().await.map_err(unavailable)?;
         Ok(purged)

@@ -4,6 +4,7 @@
 
 use super::writes::push_counts;
 use super::{encode, execution_row, to_i64, unavailable, SqliteStore, EXECUTION_COLUMNS};
+use crate::storage::rows::removed_per_status;
 use crate::storage::{is_terminal, ExecutionRow, ListPage, Purged, StorageError};
 use sqlx::{Connection, QueryBuilder, Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
@@ -133,10 +134,7 @@ impl SqliteStore {
         .await
         .map_err(unavailable)?;
         purged.executions = statuses.len() as u64;
-        let mut removed: BTreeMap<String, i64> = BTreeMap::new();
-        for status in statuses {
-            *removed.entry(status).or_default() -= 1;
-        }
+        let removed = removed_per_status(statuses);
         if !removed.is_empty() {
             let removed: Vec<(String, i64)> = removed.into_iter().collect();
             let mut counts = QueryBuilder::<Sqlite>::new("");
