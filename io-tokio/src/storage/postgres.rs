@@ -196,9 +196,9 @@ impl PostgresStore {
         self.writer_setting("synchronous_commit").await
     }
 
-    /// `SHOW name` on the writer connection, for operators and tests
-    /// (dropped if it fails, as the writer pool does not test connections
-    /// before use).
+    /// `SHOW name` on the kept commit connection, for operators and tests
+    /// (detached if it fails, as a commit would do: the connection is not
+    /// tested between uses).
     pub async fn writer_setting(&self, name: &str) -> Result<String, StorageError> {
         let mut held = self.writer.lock().await?;
         match sqlx::query_scalar(&format!("SHOW {name}"))
