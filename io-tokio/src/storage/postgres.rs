@@ -361,14 +361,15 @@ impl PostgresStore {
     }
 
     /// The events and projection upserts of all the appends, and what they
-    /// change in the counts per status (in the shard of
-    /// [`counts_shard`]), in one statement that also locks the rows of
-    /// every execution `tx` names and returns them as they were before it
-    /// (all parts of a statement see one snapshot), with the number of
-    /// events it inserted: one round trip for the whole write. An event already stored is skipped, not
-    /// an error, so the caller judges the rule on the rows first and a
-    /// shortfall after; either way the transaction is rolled back. For an
-    /// execution appended twice the last append's projection wins.
+    /// change in the counts per status (in the shard of [`counts_shard`]),
+    /// in one statement that also locks the rows of every execution `tx`
+    /// names and returns them as they were before it (all parts of a
+    /// statement see one snapshot), with the number of events it inserted:
+    /// one round trip for the whole write. An event already stored is
+    /// skipped, not an error, so the caller judges the rule on the rows
+    /// first and a shortfall after; either way the transaction is rolled
+    /// back. For an execution appended twice the last append's projection
+    /// wins.
     async fn write_appends(
         conn: &mut sqlx::PgConnection,
         tx: &Transaction,
@@ -455,12 +456,13 @@ impl PostgresStore {
              appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
              SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
              ON CONFLICT DO NOTHING RETURNING 1), \
+             changed AS (SELECT w.status AS became, b.status AS was \
+             FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
+             LEFT JOIN before b ON b.id = w.id WHERE b.status IS DISTINCT FROM w.status), \
              counted AS (INSERT INTO execution_counts (shard, status, n) \
              SELECT $22, c.status, sum(c.n) FROM ( \
-             SELECT w.status, 1 AS n FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
-             LEFT JOIN before b ON b.id = w.id WHERE b.status IS DISTINCT FROM w.status \
-             UNION ALL SELECT b.status, -1 FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
-             JOIN before b ON b.id = w.id WHERE b.status <> w.status) c \
+             SELECT became AS status, 1 AS n FROM changed \
+             UNION ALL SELECT was, -1 FROM changed WHERE was IS NOT NULL) c \
              GROUP BY c.status HAVING sum(c.n) <> 0 \
              ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n) \
              SELECT id, last_seq, owner_node, owner_epoch FROM before \
