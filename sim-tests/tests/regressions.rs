@@ -601,3 +601,16 @@ fn finding_30_results_carried_on_a_poll_read_back_together() {
 fn finding_31_an_inbox_read_answered_while_held_is_done() {
     passes(0x22a52c777, Scenario::ClusterShared);
 }
+
+/// Finding 32 (the stop checklist's range, `--seeds 5000 --from
+/// 670482782`): a member took back an execution of its own (a reclaim)
+/// while a batch of the copy it gave up was still in flight at the old
+/// epoch. The adopted copy wrote a batch of its own at the new epoch, both
+/// met in one group commit, and the old one's refusal (`fenced`) refused
+/// the new one with it: the member forgot an execution the store said it
+/// owned, and re-read it from its inbox every 50 ms for good (0x27f6d297).
+/// An adopted copy now waits for a batch of the old copy still in flight.
+#[test]
+fn finding_32_an_adopted_copy_waits_for_the_old_copys_batch() {
+    passes(0x27f6d297, Scenario::ClusterShared);
+}
