@@ -1238,18 +1238,9 @@ impl Engine {
                 self.shared.unadopted.push((stored, epoch));
                 continue;
             }
-            // A batch of the copy given up may still be in flight, written
-            // at the old epoch: it is refused as fenced, or it landed before
-            // the take-back read the history. Until it is back, the adopted
-            // copy writes nothing: two batches of one execution in flight
-            // could meet in one group commit, and the old one's refusal
-            // would refuse the new one with it, forgetting an execution the
-            // store says this node owns (seed 0x27f6d297).
-            let busy = self.batch_in_flight(&id);
             if self.install(stored) {
                 if let Some(e) = self.executions.get_mut(&id) {
                     e.epoch = Some(epoch);
-                    e.busy = busy;
                 }
                 ids.push(id);
             }
@@ -1276,15 +1267,6 @@ impl Engine {
         }
         self.load_missing_children();
         self.admission.needed = true;
-    }
-
-    /// The batch in flight that appends to `exec_id`, if any.
-    fn batch_in_flight(&self, exec_id: &str) -> Option<super::BatchId> {
-        self.writes
-            .batches
-            .iter()
-            .find(|(_, txn)| txn.drafts.get(exec_id).is_some_and(|d| !d.sent.is_empty()))
-            .map(|(id, _)| *id)
     }
 
     /// The children of `parent` that memory holds but the store is not

@@ -11,7 +11,7 @@ use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
 use crate::history::{Event, EventKind, Millis, Projection, Status, UnitState};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The starts of `txn` that created an id the store turned out to hold
 /// (`stale`): their replies are taken out of the batch, and they run again
@@ -321,6 +321,25 @@ impl Engine {
         }
     }
 
+    /// Shared mode: the batch still in flight of a copy of `exec_id` given
+    /// up (at a drop, a fence or a take-back), written at the old epoch.
+    /// It is refused as fenced, or it landed before the store was read
+    /// again. Until it is back, the copy installed now writes nothing: two
+    /// batches of one execution in flight could meet in one group commit,
+    /// and the old one's refusal would refuse the new one with it, making
+    /// this node forget an execution the store says it owns (seed
+    /// 0x27f6d297).
+    fn given_up_batch(&self, exec_id: &str) -> Option<BatchId> {
+        if !self.is_shared() {
+            return None;
+        }
+        self.writes
+            .batches
+            .iter()
+            .find(|(_, txn)| txn.drafts.get(exec_id).is_some_and(|d| !d.sent.is_empty()))
+            .map(|(id, _)| *id)
+    }
+
     /// A fenced execution belongs to another node now: forget it.
     pub(super) fn give_up(&mut self, exec_id: &str, message: &str) {
         self.set_wake(exec_id, None);
@@ -606,7 +625,7 @@ impl Engine {
                     e.epoch,
                 )
             })
-            .unwrap_or_default();
+            .unwrap_or_else(|| (VecDeque::new(), self.given_up_batch(&id), false, None));
         if stored.events.is_empty() {
             self.set_wake(&id, None);
             self.executions.remove(&id);
