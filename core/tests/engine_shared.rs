@@ -558,3 +558,88 @@ fn a_delivery_its_session_keeps_listing_stays() {
         w.logs("x")
     );
 }
+
+/// The task a claim returned for `x`'s `work`, as token `token`.
+fn claimed_task(token: &str) -> Claimed {
+    Claimed {
+        execution_id: "x".into(),
+        unit: "work".into(),
+        task: "demo.work".into(),
+        token: token.into(),
+        body: json!({
+            "token": "", "execution_id": "x", "workflow": "Plain",
+            "workflow_version": "1.0.0", "step_id": "work", "task_name": "demo.work",
+            "contract_version": "1.0.0", "input": {"n": 1}, "idempotency_key": "x/work",
+            "attempt": 1, "redelivery": false, "traceparent": ""
+        }),
+        enqueued_at: T0,
+        entry: 7,
+        owner: Fence {
+            node_id: "a".into(),
+            epoch: 1,
+        },
+    }
+}
+
+/// The last claim asked for: its id and the tokens it would hand out.
+fn last_claim(w: &World) -> (u64, Vec<String>) {
+    match w
+        .shared
+        .iter()
+        .rev()
+        .find(|e| matches!(e, Effect::Claim { .. }))
+    {
+        Some(Effect::Claim { claim, poll }) => (*claim, poll.tokens.clone()),
+        _ => panic!("no claim was asked for"),
+    }
+}
+
+#[test]
+fn a_task_claimed_for_a_poll_that_ended_meanwhile_is_reported_lost_naming_its_worker() {
+    let mut w = member("b");
+    let session = w.register("w1", &["demo.*"]);
+    let poll = w.send(Request::Poll {
+        session_id: session.clone(),
+        max_tasks: Some(1),
+        wait_ms: 1_000,
+        held: vec![],
+    });
+    // Nothing queued yet: the poll parks.
+    let (first, _) = last_claim(&w);
+    w.feed(Input::Claimed {
+        claim: first,
+        result: Ok(vec![]),
+    });
+    // A parked poll claims again at a tick; the worker unregisters while
+    // that claim is in flight, which ends the poll.
+    w.advance(500);
+    let (again, tokens) = last_claim(&w);
+    assert_ne!(again, first, "the parked poll claims again");
+    w.send(Request::Unregister {
+        session_id: session,
+    });
+    assert_eq!(w.replies[&poll].body, json!({"tasks": []}));
+    // The claim took a task its worker will never get: the owner is told,
+    // and the reason names the worker, not the delivery's token.
+    w.feed(Input::Claimed {
+        claim: again,
+        result: Ok(vec![claimed_task(&tokens[0])]),
+    });
+    w.advance(500);
+    let lost: Vec<&serde_json::Value> = w
+        .shared
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send {
+                kind: Kind::Result,
+                body,
+                ..
+            } => Some(body),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lost,
+        vec![&json!({"token": tokens[0], "lost": "worker `w1` did not receive the task"})]
+    );
+}

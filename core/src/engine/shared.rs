@@ -85,6 +85,9 @@ struct Claiming {
     tasks: Vec<Task>,
     /// A parked poll claiming again (it stays in `Work::polls`).
     parked: bool,
+    /// The session's worker, as of the claim (the session may end while
+    /// the claim is in flight).
+    worker: String,
 }
 
 /// A task this node handed out by a claim, until its result went to the
@@ -998,6 +1001,7 @@ impl Engine {
             asked: 0,
             tasks: Vec::new(),
             parked: false,
+            worker: String::new(),
         });
     }
 
@@ -1005,6 +1009,7 @@ impl Engine {
         let Some(s) = self.work.sessions.get(&c.session) else {
             return self.claims_done(c);
         };
+        c.worker.clone_from(&s.worker_id);
         let tasks = self.task_names(s);
         if tasks.is_empty() {
             return self.claims_done(c);
@@ -1062,8 +1067,7 @@ impl Engine {
                     // contact, and the owner redelivers what it held once
                     // the contact is a session timeout old. The worker
                     // registers again.
-                    let worker = self.session_worker(&c.session);
-                    self.end_session(&c.session, &stopped(&worker));
+                    self.end_session(&c.session, &stopped(&c.worker));
                 }
                 if c.tasks.is_empty() && !c.parked {
                     let message = e.to_string();
@@ -1076,7 +1080,7 @@ impl Engine {
 
     /// One row a claim took: the task joins the poll's answer.
     fn take_claimed(&mut self, c: &mut Claiming, got: Claimed) {
-        let worker_id = self.session_worker(&c.session);
+        let worker_id = c.worker.clone();
         let Claimed {
             execution_id,
             unit,
@@ -1102,7 +1106,8 @@ impl Engine {
         );
         match serde_json::from_value::<Task>(body) {
             Ok(task) => c.tasks.push(task),
-            Err(_) => self.lose(&token, "the queued task could not be read".into()),
+            // Unreadable, it cannot go out: its worker never gets it.
+            Err(_) => self.lose(&token, not_received),
         }
         let dispatch = Dispatch {
             unit,
@@ -1144,10 +1149,11 @@ impl Engine {
         }]);
     }
 
-    /// Marks a hand-out of this node as lost (sent at the next tick).
-    fn lose(&mut self, token: &str, reason: String) {
+    /// Marks a hand-out of this node as lost (sent at the next tick), for
+    /// `reason` of the worker it was handed to.
+    fn lose(&mut self, token: &str, reason: fn(&str) -> String) {
         if let Some(h) = self.shared.handed.get_mut(token) {
-            h.lost.get_or_insert(reason);
+            h.lost.get_or_insert_with(|| reason(&h.worker_id));
         }
     }
 
@@ -1160,7 +1166,7 @@ impl Engine {
                 // The poll ended (abandoned or expired) while it claimed:
                 // its worker never gets these.
                 for t in &c.tasks {
-                    self.lose(&t.token, not_received(&t.token));
+                    self.lose(&t.token, not_received);
                 }
                 return;
             }
@@ -1206,6 +1212,7 @@ impl Engine {
                 asked: 0,
                 tasks: Vec::new(),
                 parked: true,
+                worker: String::new(),
             });
         }
     }
