@@ -187,6 +187,44 @@ fn idempotent_start_replays_and_refuses_another_body() {
 }
 
 #[test]
+fn a_keyed_request_whose_record_cannot_be_read_is_refused_not_run_unguarded() {
+    let mut w = World::default_world();
+    w.deploy(V1);
+    w.reads_fail = true;
+    let keyed = Request::Start(Start {
+        workflow: "Plain".into(),
+        version: None,
+        input: json!({"n": 1}),
+        execution_id: None,
+        idempotency: Some(IdempotencyScope {
+            key: "client/POST /v1/executions/k".into(),
+            fingerprint: "f1".into(),
+        }),
+        traceparent: None,
+    });
+    let refused = w.call(keyed.clone());
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (503, Some("IDEMPOTENCY_UNAVAILABLE"))
+    );
+    assert!(
+        w.written.iter().all(|b| b.executions.is_empty()),
+        "nothing started"
+    );
+    // A read without a key that fails is a storage error.
+    let status = w.call(Request::GetExecution {
+        execution_id: "elsewhere".into(),
+    });
+    assert_eq!(
+        (status.status, status.error_code()),
+        (503, Some("STORAGE_ERROR"))
+    );
+    // Readable again, the same request runs once.
+    w.reads_fail = false;
+    assert_eq!(w.call(keyed).status, 201);
+}
+
+#[test]
 fn deploy_created_identical_conflict_and_missing_child() {
     let mut w = World::default_world();
     let r = w.deploy(V1);

@@ -25,6 +25,8 @@ struct Outstanding {
     issued: u64,
     /// The request waiting for it (none for a load of recovery's own).
     request: Option<Parked>,
+    /// It reads Idempotency-Key records.
+    reads_keys: bool,
 }
 
 /// What waits for a load.
@@ -153,6 +155,7 @@ impl Engine {
             Outstanding {
                 issued: self.loads.changes,
                 request,
+                reads_keys: !idempotency.is_empty(),
             },
         );
         self.out.push(Effect::Load {
@@ -270,15 +273,22 @@ impl Engine {
         }
     }
 
-    /// A load could not be read: the request waiting for it fails
-    /// `503 STORAGE_ERROR` now, as a write would during an outage, instead
-    /// of hanging until the store is back. The load stays outstanding; when
-    /// the driver's retry lands it only warms memory.
+    /// A load could not be read: the request waiting for it fails `503`
+    /// now, as a write would during an outage, instead of hanging until
+    /// the store is back — `IDEMPOTENCY_UNAVAILABLE` when the read carried
+    /// the request's Idempotency-Key record (the request is refused rather
+    /// than run unguarded), `STORAGE_ERROR` otherwise. The load stays
+    /// outstanding; when the driver's retry lands it only warms memory.
     pub(super) fn load_failed(&mut self, load: LoadId, message: &str) {
         self.tick_read_done(load);
         self.barrier.remove(&load);
         let Some(o) = self.loads.outstanding.get_mut(&load) else {
             return;
+        };
+        let code = if o.reads_keys {
+            "IDEMPOTENCY_UNAVAILABLE"
+        } else {
+            "STORAGE_ERROR"
         };
         let ids = match o.request.take() {
             Some(Parked::One(id, _)) => vec![id],
@@ -286,7 +296,7 @@ impl Engine {
             None => Vec::new(),
         };
         for id in ids {
-            let response = Response::error(503, "STORAGE_ERROR", message);
+            let response = Response::error(503, code, message);
             self.reply(id, response);
         }
     }

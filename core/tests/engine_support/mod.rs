@@ -109,6 +109,8 @@ pub struct World {
     pub held: VecDeque<Batch>,
     /// Loads executed ([`Effect::Load`]).
     pub loads: usize,
+    /// Loads fail (`Input::LoadFailed`): the store cannot be read.
+    pub reads_fail: bool,
     /// Every batch handed to the store, in order.
     pub written: Vec<Batch>,
     /// Shared-mode effects (sends, claims, inbox outcomes, definition
@@ -132,6 +134,7 @@ impl World {
             latency: 0,
             held: VecDeque::new(),
             loads: 0,
+            reads_fail: false,
             written: Vec::new(),
             shared: Vec::new(),
         }
@@ -181,6 +184,13 @@ impl World {
                         idempotency,
                     } => {
                         self.loads += 1;
+                        if self.reads_fail {
+                            inputs.push_back(Input::LoadFailed {
+                                load,
+                                message: "database unreachable".into(),
+                            });
+                            continue;
+                        }
                         let executions = executions
                             .into_iter()
                             .map(|id| StoredExecution {
