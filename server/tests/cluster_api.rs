@@ -190,9 +190,10 @@ async fn a_standby_names_the_leader_and_clients_follow_it() {
     );
     let (status, ready) = json(reqwest::Method::GET, &format!("{}/readyz", standby.url)).await;
     assert_eq!(
-        (status, &ready["error"]["role"]),
-        (503, &Value::from("standby"))
+        (status, &ready["role"], &ready["error"]["role"]),
+        (503, &Value::from("standby"), &Value::from("standby"))
     );
+    assert_eq!(ready["error"]["code"], "NOT_LEADER");
     let (status, ready) = json(reqwest::Method::GET, &format!("{}/readyz", leader.url)).await;
     assert_eq!(status, 200);
     assert_eq!(

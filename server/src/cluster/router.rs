@@ -37,7 +37,8 @@ async fn healthz() -> Json<Health> {
 }
 
 /// 200 `{"status": "ready", "role": "leader"}` on the leader whose store
-/// takes writes; 503 elsewhere, its error naming the role.
+/// takes writes; 503 elsewhere, `{"role": "standby", "error": {…}}` (the
+/// error `NOT_LEADER`, naming the role and the leader).
 async fn readyz(State(node): State<Arc<Node>>, request: Request) -> Response {
     if node.view().role == Role::Leader {
         if let Some(term) = node.term() {
@@ -55,9 +56,11 @@ async fn readyz(State(node): State<Arc<Node>>, request: Request) -> Response {
             return answer;
         }
     }
-    node.not_leader()
-        .with("role", Role::Standby.as_str().into())
-        .into_response()
+    // The role at the top too, where the leader's answer has it.
+    let role = Role::Standby.as_str();
+    let mut body = node.not_leader().with("role", role.into()).body();
+    body["role"] = role.into();
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
 /// The term's metrics (on the leader) followed by the cluster's.
