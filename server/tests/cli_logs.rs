@@ -33,16 +33,19 @@ async fn history(headers: HeaderMap) -> Response {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_reads_the_event_stream() {
+/// Runs `orbit logs u-1 --follow` against the fake server, reached
+/// through the `--server` value `server(url)` makes of its URL; returns
+/// what it printed.
+async fn follow(server: impl FnOnce(&str) -> String) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let app = Router::new().route("/v1/executions/{id}/history", get(history));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let servers = server(&url);
 
     let output = tokio::task::spawn_blocking(move || {
         let mut child = Command::new(env!("CARGO_BIN_EXE_orbit"))
-            .args(["logs", "u-1", "--follow", "--server", &url])
+            .args(["logs", "u-1", "--follow", "--server", &servers])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -60,14 +63,30 @@ async fn follow_reads_the_event_stream() {
     })
     .await
     .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_eq!(
-        stdout,
-        "+ 0ms #1 WorkflowStarted\n+ 39ms #2 StepScheduled step=work attempt=1\n+ 5.2s #3 WorkflowCancelled\n"
-    );
+    stdout
+}
+
+const FOLLOWED: &str =
+    "+ 0ms #1 WorkflowStarted\n+ 39ms #2 StepScheduled step=work attempt=1\n+ 5.2s #3 WorkflowCancelled\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_reads_the_event_stream() {
+    assert_eq!(follow(str::to_owned).await, FOLLOWED);
+}
+
+/// With several servers (a cluster), the stream is read from the one that
+/// answers, not from the `--server` value as a whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_streams_from_the_server_of_a_list_that_answers() {
+    // Nothing listens on the first: a node that is down.
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = format!("http://{}", down.local_addr().unwrap());
+    drop(down);
+    assert_eq!(follow(|url| format!("{gone},{url}")).await, FOLLOWED);
 }

@@ -11,7 +11,8 @@ use orbit_core::history::logs::format_event;
 use orbit_core::history::Millis;
 
 use super::common::{execute, ClientArgs, Failure, Outcome, EXIT_OK};
-use orbit_sdk::{Client, RecordedEvent, ReqwestTransport};
+use orbit_sdk::{split_urls, Client, FailoverTransport, RecordedEvent, ReqwestTransport};
+use std::sync::Arc;
 
 /// `orbit logs` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -31,8 +32,18 @@ pub fn run(args: Args) -> ExitCode {
     execute(&args.client, logs(&args))
 }
 
+/// Polls between two tries at streaming, after a stream could not be
+/// opened (every 250 ms: a try every 5 s).
+const POLLS_PER_STREAM_TRY: u32 = 20;
+
 async fn logs(args: &Args) -> Outcome {
-    let client = args.client.client()?;
+    // The client and the stream share one transport: the stream goes to
+    // the server that answered last (with `--server a,b,c`, the leader).
+    let failover = Arc::new(
+        FailoverTransport::new(&split_urls(args.client.server_url()))
+            .map_err(orbit_sdk::Error::from)?,
+    );
+    let client = Client::with_transport(failover.clone()).with_token(args.client.token.clone());
     let mut printer = Printer {
         id: args.id.clone(),
         origin: None,
@@ -45,19 +56,30 @@ async fn logs(args: &Args) -> Outcome {
     if !args.follow {
         return Ok(EXIT_OK);
     }
-    // Follow with server-sent events; if the stream is unavailable or
-    // drops, read what was missed with a plain request and try again.
-    let mut streaming = true;
+    // Follow with server-sent events; when the stream drops, read what
+    // was missed with a plain request and open it again. A server that
+    // cannot stream (or a standby) is polled every 250 ms, and streaming
+    // is tried again now and then, and whenever another server answers.
+    let mut polls_left = 0;
+    let mut url = failover.current_url();
     while !printer.ended {
-        if streaming {
-            streaming = stream(args, &mut printer).await?;
+        if polls_left == 0 {
+            let streamed = stream(&url, args, &mut printer).await?;
             if printer.ended {
                 break;
             }
+            polls_left = if streamed { 0 } else { POLLS_PER_STREAM_TRY };
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
         let page = follow_page(&client, &args.id, printer.last_seq).await?;
         printer.print(&page)?;
+        let answered = failover.current_url();
+        if answered != url {
+            url = answered;
+            polls_left = 0;
+        } else {
+            polls_left = polls_left.saturating_sub(1);
+        }
     }
     Ok(EXIT_OK)
 }
@@ -66,12 +88,12 @@ async fn follow_page(client: &Client, id: &str, after: u64) -> Result<Vec<Record
     Ok(client.history(id, after).await?.events)
 }
 
-/// Reads `GET …/history` as `text/event-stream` from the printer's last
-/// `seq`, printing each event, until the stream ends. Returns whether
-/// streaming worked (false: the server refused it or could not be reached,
-/// so the caller polls instead).
-async fn stream(args: &Args, printer: &mut Printer) -> Result<bool, Failure> {
-    let Ok(transport) = ReqwestTransport::new(args.client.server_url()) else {
+/// Reads `GET …/history` from `server` as `text/event-stream` from the
+/// printer's last `seq`, printing each event, until the stream ends.
+/// Returns whether streaming worked (false: the server refused it or could
+/// not be reached, so the caller polls instead).
+async fn stream(server: &str, args: &Args, printer: &mut Printer) -> Result<bool, Failure> {
+    let Ok(transport) = ReqwestTransport::new(server) else {
         return Ok(false);
     };
     let url = format!(
