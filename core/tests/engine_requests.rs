@@ -53,6 +53,22 @@ fn start(workflow: &str, version: Option<&str>, id: Option<&str>, input: Value) 
     })
 }
 
+/// A start of `workflow` with `{"n": 1}` under Idempotency-Key `key`, its
+/// body fingerprinted `fingerprint`.
+fn keyed_start(workflow: &str, key: &str, fingerprint: &str) -> Request {
+    Request::Start(Start {
+        workflow: workflow.into(),
+        version: None,
+        input: json!({"n": 1}),
+        execution_id: None,
+        idempotency: Some(IdempotencyScope {
+            key: key.into(),
+            fingerprint: fingerprint.into(),
+        }),
+        traceparent: None,
+    })
+}
+
 #[test]
 fn start_validation_and_existing_ids() {
     let mut w = World::default_world();
@@ -121,37 +137,14 @@ fn requires_idempotency_key() {
             .status,
         201
     );
-    let keyed = Request::Start(Start {
-        workflow: "Guarded".into(),
-        version: None,
-        input: json!({"n": 1}),
-        execution_id: None,
-        idempotency: Some(IdempotencyScope {
-            key: "k1".into(),
-            fingerprint: "f1".into(),
-        }),
-        traceparent: None,
-    });
-    assert_eq!(w.call(keyed).status, 201);
+    assert_eq!(w.call(keyed_start("Guarded", "k1", "f1")).status, 201);
 }
 
 #[test]
 fn idempotent_start_replays_and_refuses_another_body() {
     let mut w = World::default_world();
     w.deploy(V1);
-    let keyed = |fp: &str| {
-        Request::Start(Start {
-            workflow: "Plain".into(),
-            version: None,
-            input: json!({"n": 1}),
-            execution_id: None,
-            idempotency: Some(IdempotencyScope {
-                key: "client/POST /v1/executions/k".into(),
-                fingerprint: fp.into(),
-            }),
-            traceparent: None,
-        })
-    };
+    let keyed = |fp: &str| keyed_start("Plain", "client/POST /v1/executions/k", fp);
     let first = w.call(keyed("f1"));
     assert_eq!(first.status, 201);
     assert!(!first.replayed);
@@ -191,17 +184,7 @@ fn a_keyed_request_whose_record_cannot_be_read_is_refused_not_run_unguarded() {
     let mut w = World::default_world();
     w.deploy(V1);
     w.reads_fail = true;
-    let keyed = Request::Start(Start {
-        workflow: "Plain".into(),
-        version: None,
-        input: json!({"n": 1}),
-        execution_id: None,
-        idempotency: Some(IdempotencyScope {
-            key: "client/POST /v1/executions/k".into(),
-            fingerprint: "f1".into(),
-        }),
-        traceparent: None,
-    });
+    let keyed = keyed_start("Plain", "client/POST /v1/executions/k", "f1");
     let refused = w.call(keyed.clone());
     assert_eq!(
         (refused.status, refused.error_code()),

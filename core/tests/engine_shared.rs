@@ -112,24 +112,7 @@ fn a_poll_claims_from_the_database_and_hands_out_what_the_claim_returns() {
     assert_eq!(tasks, vec!["demo.work".to_string()]);
     w.feed(Input::Claimed {
         claim,
-        result: Ok(vec![Claimed {
-            execution_id: "x".into(),
-            unit: "work".into(),
-            task: "demo.work".into(),
-            token: token.clone(),
-            body: json!({
-                "token": "", "execution_id": "x", "workflow": "Plain",
-                "workflow_version": "1.0.0", "step_id": "work", "task_name": "demo.work",
-                "contract_version": "1.0.0", "input": {"n": 1}, "idempotency_key": "x/work",
-                "attempt": 1, "redelivery": false, "traceparent": ""
-            }),
-            enqueued_at: T0,
-            entry: 7,
-            owner: Fence {
-                node_id: "a".into(),
-                epoch: 1,
-            },
-        }]),
+        result: Ok(vec![claimed_task(&token)]),
     });
     let reply = w.replies.get(&poll).expect("the poll is answered");
     assert_eq!(reply.body["tasks"][0]["token"], token);
