@@ -626,3 +626,39 @@ fn a_task_claimed_for_a_poll_that_ended_meanwhile_is_reported_lost_naming_its_wo
         vec![&json!({"token": tokens[0], "lost": "worker `w1` did not receive the task"})]
     );
 }
+
+#[test]
+fn a_start_waits_for_the_create_of_a_copy_dropped_while_it_was_written() {
+    let mut w = member("a");
+    w.feed(Input::Reclaimed);
+    let start = || {
+        Request::Start(orbit_core::engine::Start {
+            workflow: "Plain".into(),
+            version: None,
+            input: json!({"n": 1}),
+            execution_id: Some("x".into()),
+            idempotency: None,
+            traceparent: None,
+        })
+    };
+    w.mode = Mode::Hold;
+    let first = w.send(start());
+    assert_eq!(w.held.len(), 1, "the create is being written");
+    // Out of touch with the database meanwhile: everything held is dropped.
+    w.feed(Input::DropOwned {
+        reason: "out of touch".into(),
+    });
+    // The client retries: no second create of `x` while the first is in
+    // flight.
+    let again = w.send(start());
+    assert_eq!(w.held.len(), 1, "{:?}", w.held);
+    // The first lands; the retry's create is then refused (the id exists)
+    // and it runs again on what the store holds.
+    w.mode = Mode::Ok;
+    w.release(Mode::Ok);
+    assert_eq!(w.replies[&first].status, 201);
+    assert_eq!(
+        w.replies[&again].body,
+        json!({"execution_id": "x", "created": false})
+    );
+}

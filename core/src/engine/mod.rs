@@ -224,7 +224,12 @@ impl Engine {
             Input::Tick => self.tick(),
             Input::Request { id, request } => self.request(id, request),
             Input::Requests { requests } => self.together(requests),
-            Input::Stored { batch, result } => self.stored(batch, result),
+            Input::Stored { batch, result } => {
+                self.stored(batch, result);
+                for (id, request) in self.writes.after.remove(&batch).unwrap_or_default() {
+                    self.request(id, request);
+                }
+            }
             Input::Reloaded { executions } => self.reloaded(executions),
             Input::Loaded {
                 load,

@@ -84,6 +84,9 @@ pub(super) struct Writes {
     /// While requests that arrived together are handled: the one batch
     /// they all write into (see `together`).
     pub open: Option<Txn>,
+    /// Shared mode: starts of an execution given up while a batch of it
+    /// was in flight, waiting for that batch (see `Engine::start`).
+    pub after: BTreeMap<BatchId, Vec<(RequestId, Request)>>,
 }
 
 /// Admission: executions waiting for a slot under their workflow's cap,

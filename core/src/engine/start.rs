@@ -79,6 +79,19 @@ impl Engine {
             if self.executions.get(exec_id).is_some_and(|e| e.blocked()) {
                 return self.park_behind(exec_id, id, request);
             }
+            // Given up (dropped, fenced) while a batch of it was in flight,
+            // a create say: this start waits for that batch, or a second
+            // create of the id would be in flight beside it.
+            if !self.executions.contains_key(exec_id) {
+                if let Some(batch) = self.given_up_batch(exec_id) {
+                    self.writes
+                        .after
+                        .entry(batch)
+                        .or_default()
+                        .push((id, request));
+                    return;
+                }
+            }
         }
         // An id the engine does not hold may be a finished execution. A
         // start that would create it is written without asking the store

@@ -18,9 +18,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 /// behind the reload, to be answered from the stored execution
 /// (`created: false`, or `409 EXECUTION_EXISTS`).
 fn creates_to_run_again(txn: &mut Txn, stale: &[String]) -> Vec<(String, RequestId, Request)> {
-    let (again, _): (Vec<_>, Vec<_>) = std::mem::take(&mut txn.unread_creates)
+    let (again, others): (Vec<_>, Vec<_>) = std::mem::take(&mut txn.unread_creates)
         .into_iter()
         .partition(|(id, _, _)| stale.contains(id));
+    // Those of other ids stay: a refusal names fenced and stale ids apart,
+    // and each list takes its own.
+    txn.unread_creates = others;
     txn.replies
         .retain(|r| !again.iter().any(|(_, rid, _)| *rid == r.request));
     again
@@ -324,12 +327,12 @@ impl Engine {
     /// Shared mode: the batch still in flight of a copy of `exec_id` given
     /// up (at a drop, a fence or a take-back), written at the old epoch.
     /// It is refused as fenced, or it landed before the store was read
-    /// again. Until it is back, the copy installed now writes nothing: two
-    /// batches of one execution in flight could meet in one group commit,
-    /// and the old one's refusal would refuse the new one with it, making
-    /// this node forget an execution the store says it owns (seed
-    /// 0x27f6d297).
-    fn given_up_batch(&self, exec_id: &str) -> Option<BatchId> {
+    /// again. Until it is back, the copy installed now writes nothing, and
+    /// a start that would create the id again waits for it: two batches of
+    /// one execution in flight could meet in one group commit, and the old
+    /// one's refusal would refuse the new one with it, making this node
+    /// forget an execution the store says it owns (seed 0x27f6d297).
+    pub(super) fn given_up_batch(&self, exec_id: &str) -> Option<BatchId> {
         if !self.is_shared() {
             return None;
         }

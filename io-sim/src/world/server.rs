@@ -341,6 +341,13 @@ impl World {
         for io in ios {
             match io {
                 Io::Commit(commit) => {
+                    let in_flight = self.queue.values().filter_map(|ev| match ev {
+                        Ev::CommitDone { inc: i, commit } if *i == inc => Some(&**commit),
+                        _ => None,
+                    });
+                    if let Err(v) = crate::check::writer::one_batch_in_flight(&commit, in_flight) {
+                        self.fail(v);
+                    }
                     if let Some(stale) = self.refused_creates(&commit) {
                         let commit = commit.id;
                         self.instant
