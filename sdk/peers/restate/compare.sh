@@ -33,6 +33,8 @@ NICE="${NICE:-5}"
 SERVICE_PORT=9080
 
 [ -x "$ORBIT" ] || { echo "no orbit binary at $ORBIT (set ORBIT=...)" >&2; exit 2; }
+# Absolute: the rounds run from this directory, not the caller's.
+ORBIT="$(cd "$(dirname "$ORBIT")" && pwd)/$(basename "$ORBIT")"
 
 cd "$HERE"
 # Install exactly what package-lock.json pins. --ignore-scripts: no install
