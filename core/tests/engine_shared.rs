@@ -662,3 +662,51 @@ fn a_start_waits_for_the_create_of_a_copy_dropped_while_it_was_written() {
         json!({"execution_id": "x", "created": false})
     );
 }
+
+#[test]
+fn a_copy_taken_back_writes_nothing_until_the_old_copys_batch_is_back() {
+    let mut w = member("a");
+    assert_eq!(w.start("Plain", "x", json!({"n": 1})).status, 201);
+    w.advance(100);
+    let history = w.store.histories["x"].clone();
+    // A cancel is being written at epoch 1 ...
+    w.mode = Mode::Hold;
+    let cancel = w.send(Request::Cancel {
+        execution_id: "x".into(),
+        reason: None,
+        idempotency: None,
+    });
+    assert_eq!(w.held.len(), 1);
+    // ... when the member takes `x` back at epoch 3 (seed 0x27f6d297).
+    w.feed(Input::Adopt {
+        executions: vec![(
+            StoredExecution {
+                execution_id: "x".into(),
+                events: history,
+            },
+            3,
+        )],
+    });
+    // A signal for the adopted copy waits: no second batch of `x` is in
+    // flight beside the first.
+    let signal = w.send(Request::Signal {
+        execution_id: "x".into(),
+        name: "go".into(),
+        payload: json!(null),
+        idempotency: None,
+    });
+    assert_eq!(w.held.len(), 1, "{:?}", w.held);
+    // The old batch is refused (its epoch is gone); the adopted copy
+    // stands, and the signal is then written at the new epoch.
+    w.release(Mode::Fenced);
+    assert_eq!(w.replies[&cancel].status, 503);
+    assert!(
+        w.engine.projection("x").is_some(),
+        "the adopted copy stands"
+    );
+    assert_eq!(w.held.len(), 1);
+    assert!(w.held[0].executions.iter().all(|a| a.epoch == Some(3)));
+    w.mode = Mode::Ok;
+    w.release(Mode::Ok);
+    assert_eq!(w.replies[&signal].status, 200);
+}
