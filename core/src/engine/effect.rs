@@ -160,15 +160,36 @@ impl Response {
 ///
 /// It reads as a [`serde_json::Value`] (`Deref`): for a hand-out the tree is
 /// built on the first look, and a mutable look turns the body into that
-/// tree for good.
+/// tree for good. [`Body::field`] and [`Body::insert`] read and add fields
+/// without building it.
 #[derive(Clone, Default)]
 pub struct Body {
-    /// The tree (`Null` while `tasks` holds the body).
+    /// The tree (`Null` while `hand_out` holds the body).
     json: serde_json::Value,
     /// A poll's hand-out, untouched since the engine made it.
-    tasks: Option<Vec<Task>>,
-    /// The tree of `tasks`, once looked at.
+    hand_out: Option<Box<HandOut>>,
+    /// The tree of `hand_out`, once looked at.
     built: std::sync::OnceLock<serde_json::Value>,
+}
+
+/// A poll's answer kept typed: `{"tasks": [...], ...beside}`.
+#[derive(Clone, PartialEq, Serialize)]
+struct HandOut {
+    tasks: Vec<Task>,
+    /// Fields beside `tasks` (the answers to the results a poll carried).
+    #[serde(flatten)]
+    beside: serde_json::Map<String, serde_json::Value>,
+}
+
+impl HandOut {
+    /// The same JSON as a tree.
+    fn into_tree(self) -> serde_json::Value {
+        let mut tree = Task::poll_body(self.tasks);
+        if let serde_json::Value::Object(fields) = &mut tree {
+            fields.extend(self.beside);
+        }
+        tree
+    }
 }
 
 impl Body {
@@ -176,7 +197,10 @@ impl Body {
     pub fn tasks(tasks: Vec<Task>) -> Body {
         Body {
             json: serde_json::Value::Null,
-            tasks: Some(tasks),
+            hand_out: Some(Box::new(HandOut {
+                tasks,
+                beside: serde_json::Map::new(),
+            })),
             built: std::sync::OnceLock::new(),
         }
     }
@@ -184,16 +208,43 @@ impl Body {
     /// The tasks of a poll's hand-out made with [`Body::tasks`] (`None` for
     /// any other body, or once it was changed as JSON).
     pub fn as_tasks(&self) -> Option<&[Task]> {
-        self.tasks.as_deref()
+        self.hand_out.as_ref().map(|h| h.tasks.as_slice())
+    }
+
+    /// A top-level field of the body. A hand-out's tree is built only
+    /// when `key` is `tasks`: the other fields are read where they are.
+    pub fn field(&self, key: &str) -> Option<&serde_json::Value> {
+        match &self.hand_out {
+            Some(h) if key != "tasks" => h.beside.get(key),
+            _ => self.get(key),
+        }
+    }
+
+    /// Sets the top-level field `key` (not `tasks`) of an object body; a
+    /// hand-out stays typed. False, and nothing changed, when the body is
+    /// not an object or `key` is a hand-out's `tasks`.
+    pub fn insert(&mut self, key: &str, value: serde_json::Value) -> bool {
+        let Some(h) = &mut self.hand_out else {
+            let Some(fields) = self.json.as_object_mut() else {
+                return false;
+            };
+            fields.insert(key.to_owned(), value);
+            return true;
+        };
+        if key == "tasks" {
+            return false;
+        }
+        if let Some(serde_json::Value::Object(tree)) = self.built.get_mut() {
+            tree.insert(key.to_owned(), value.clone());
+        }
+        h.beside.insert(key.to_owned(), value);
+        true
     }
 
     /// The body as a JSON tree.
     pub fn into_json(self) -> serde_json::Value {
-        match self.tasks {
-            Some(tasks) => self
-                .built
-                .into_inner()
-                .unwrap_or_else(|| Task::poll_body(tasks)),
+        match self.hand_out {
+            Some(h) => self.built.into_inner().unwrap_or_else(|| h.into_tree()),
             None => self.json,
         }
     }
@@ -203,7 +254,7 @@ impl From<serde_json::Value> for Body {
     fn from(json: serde_json::Value) -> Body {
         Body {
             json,
-            tasks: None,
+            hand_out: None,
             built: std::sync::OnceLock::new(),
         }
     }
@@ -213,8 +264,8 @@ impl std::ops::Deref for Body {
     type Target = serde_json::Value;
 
     fn deref(&self) -> &serde_json::Value {
-        match &self.tasks {
-            Some(tasks) => self.built.get_or_init(|| Task::poll_body(tasks.clone())),
+        match &self.hand_out {
+            Some(h) => self.built.get_or_init(|| (**h).clone().into_tree()),
             None => &self.json,
         }
     }
@@ -222,8 +273,8 @@ impl std::ops::Deref for Body {
 
 impl std::ops::DerefMut for Body {
     fn deref_mut(&mut self) -> &mut serde_json::Value {
-        if let Some(tasks) = self.tasks.take() {
-            self.json = self.built.take().unwrap_or_else(|| Task::poll_body(tasks));
+        if let Some(h) = self.hand_out.take() {
+            self.json = self.built.take().unwrap_or_else(|| h.into_tree());
         }
         &mut self.json
     }
@@ -231,7 +282,7 @@ impl std::ops::DerefMut for Body {
 
 impl PartialEq for Body {
     fn eq(&self, other: &Body) -> bool {
-        match (&self.tasks, &other.tasks) {
+        match (&self.hand_out, &other.hand_out) {
             (Some(a), Some(b)) => a == b,
             _ => **self == **other,
         }
@@ -264,13 +315,9 @@ impl std::fmt::Display for Body {
 
 impl Serialize for Body {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        /// `{"tasks": [...]}` straight from the typed tasks.
-        #[derive(Serialize)]
-        struct Tasks<'a> {
-            tasks: &'a [Task],
-        }
-        match &self.tasks {
-            Some(tasks) => Tasks { tasks }.serialize(serializer),
+        match &self.hand_out {
+            // Straight from the typed tasks.
+            Some(h) => h.serialize(serializer),
             None => self.json.serialize(serializer),
         }
     }
@@ -402,5 +449,46 @@ mod tests {
             serde_json::to_value(&changed).unwrap_or_default()["extra"],
             json!(true)
         );
+    }
+
+    #[test]
+    fn results_beside_a_hand_out_keep_it_typed_and_serialize_with_it() {
+        let task = Task {
+            token: "t1".into(),
+            execution_id: "e".into(),
+            workflow: "W".into(),
+            workflow_version: "1.0.0".into(),
+            step_id: "s".into(),
+            task_name: "x.y".into(),
+            contract_version: "2.0.0".into(),
+            input: json!({"n": 1}).into(),
+            idempotency_key: "e/s".into(),
+            attempt: 1,
+            redelivery: false,
+            traceparent: String::new(),
+        };
+        let results = json!([{"token": "t0", "status": 200, "accepted": true}]);
+        let tree = json!({ "tasks": [task.clone()], "results": results });
+        let mut body = Body::tasks(vec![task]);
+        assert!(body.insert("results", results.clone()));
+        assert!(!body.insert("tasks", json!([])));
+        assert!(body.as_tasks().is_some());
+        assert_eq!(body.field("results"), Some(&results));
+        assert_eq!(body.field("unregistered"), None);
+        assert_eq!(body, tree);
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let parsed: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(parsed, tree);
+        assert_eq!(body.clone().into_json(), tree);
+        // Looked at first, then given a field: the tree follows.
+        let mut looked = Body::tasks(Vec::new());
+        assert_eq!(looked["tasks"], json!([]));
+        assert!(looked.insert("results", json!([])));
+        assert_eq!(*looked, json!({"tasks": [], "results": []}));
+        // Other bodies take a field when they are objects.
+        let mut plain = Body::from(json!({"error": {"code": "X"}}));
+        assert!(plain.insert("results", json!([])));
+        assert_eq!(plain.field("results"), Some(&json!([])));
+        assert!(!Body::from(json!([1])).insert("results", json!([])));
     }
 }

@@ -344,7 +344,7 @@ impl Driver {
             (Some(id), 200) if unregisters(response) => metrics.session_gone(id),
             (Some(id), _) => metrics.session_seen(id, now),
             (None, 200) => {
-                if let Some(new) = response.body.get("session_id").and_then(|v| v.as_str()) {
+                if let Some(new) = response.body.field("session_id").and_then(|v| v.as_str()) {
                     metrics.session_seen(new, now);
                 }
             }
@@ -431,7 +431,12 @@ fn session_of(request: &Request) -> Option<&str> {
 }
 
 fn unregisters(response: &Response) -> bool {
-    response.body.get("unregistered").and_then(|v| v.as_bool()) == Some(true)
+    // `field`: a poll's hand-out is not built into a tree to be looked at.
+    response
+        .body
+        .field("unregistered")
+        .and_then(|v| v.as_bool())
+        == Some(true)
 }
 
 fn shutting_down() -> Response {

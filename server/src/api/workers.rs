@@ -157,16 +157,16 @@ pub async fn poll(
         }
     };
     if !answers.is_empty() {
-        let slot = if (200..300).contains(&polled.status) {
-            polled.body.as_object_mut()
-        } else {
-            polled
-                .body
-                .get_mut("error")
-                .and_then(serde_json::Value::as_object_mut)
-        };
-        if let Some(obj) = slot {
-            obj.insert("results".into(), serde_json::Value::Array(answers));
+        let answers = serde_json::Value::Array(answers);
+        if (200..300).contains(&polled.status) {
+            // A hand-out stays typed: serialized once, at the edge.
+            polled.body.insert("results", answers);
+        } else if let Some(error) = polled
+            .body
+            .get_mut("error")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            error.insert("results".into(), answers);
         }
     }
     Ok(respond(polled))
