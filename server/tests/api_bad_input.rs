@@ -171,4 +171,28 @@ async fn register_refuses_empty_patterns_and_bad_ids() {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
+    // Patterns that could never match a task.
+    for pattern in ["pay*", "*.charge", "payments.*.x", "a b", "**"] {
+        let (status, body) = s
+            .post(
+                "/v1/workers",
+                json!({"worker_id": "w", "task_patterns": ["payments.*", pattern]}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{pattern}");
+        assert_eq!(code(&body), "INVALID_REQUEST");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(pattern),
+            "{body}"
+        );
+    }
+    for pattern in ["*", "payments.*", "payments.charge", "orbit.http"] {
+        let (status, body) = s
+            .post(
+                "/v1/workers",
+                json!({"worker_id": "w", "task_patterns": [pattern]}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{pattern}: {body}");
+    }
 }

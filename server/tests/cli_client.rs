@@ -211,6 +211,10 @@ fn refusals_exit_1_and_usage_or_connection_errors_exit_2() {
     assert!(r.stderr.contains("UNKNOWN_EXECUTION"), "{}", r.stderr);
     let r = orbit(&server.url, &["run"]);
     assert_eq!(r.code, 2, "{r:?}");
+    // A cap of no executions at all would leave every start pending.
+    let r = orbit(&server.url, &["server", "--max-active-executions", "0"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("--max-active-executions"), "{}", r.stderr);
 
     let broken = server.file("broken.orbit", "workflow {");
     let r = orbit(&server.url, &["deploy", &broken]);

@@ -22,6 +22,9 @@ pub const TEXT_PATTERN: &str = "^[^\\u0000-\\u001F\\u007F-\\u009F]*$";
 pub const EXECUTION_ID_PATTERN: &str = "^[A-Za-z0-9_:-]{1,128}$";
 /// JSON-Schema pattern of an `Idempotency-Key`.
 pub const IDEMPOTENCY_KEY_PATTERN: &str = "^[A-Za-z0-9._:/-]{1,255}$";
+/// JSON-Schema pattern of a worker's task pattern: `*`, or a task name
+/// (no `*`, spaces or control characters) with an optional `.*` after it.
+pub const TASK_PATTERN_PATTERN: &str = "^(\\*|[^*\\s\\u0000-\\u001F\\u007F-\\u009F]+(\\.\\*)?)$";
 
 /// Longest path parameter (id, name, token), in characters.
 pub const PATH_PARAM_MAX: usize = 512;
@@ -619,8 +622,8 @@ pub struct RegisterRequest {
     pub max_tasks: Option<u32>,
 }
 
-/// A task pattern in the OpenAPI document: 1 to 255 characters without
-/// control characters.
+/// A task pattern in the OpenAPI document: 1 to 255 characters, `*` or a
+/// task name with an optional `.*` ([`TASK_PATTERN_PATTERN`]).
 #[cfg(feature = "utoipa")]
 pub struct PatternText;
 
@@ -1155,7 +1158,7 @@ mod schemas {
                 .schema_type(SchemaType::new(Type::String))
                 .min_length(Some(1))
                 .max_length(Some(super::NAME_MAX))
-                .pattern(Some(super::TEXT_PATTERN))
+                .pattern(Some(super::TASK_PATTERN_PATTERN))
                 .into()
         }
     }

@@ -125,7 +125,8 @@ pub fn hash_token(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
-fn valid_pattern(p: &str) -> bool {
+/// Whether `p` is a task pattern: an exact task name, `prefix.*` or `*`.
+pub(crate) fn valid_pattern(p: &str) -> bool {
     if p == "*" {
         return true;
     }
@@ -153,7 +154,7 @@ impl AuthConfig {
             return Err(AuthError::Invalid("no [[tokens]] entries".into()));
         }
         let mut names = BTreeSet::new();
-        let mut tokens = Vec::new();
+        let mut tokens: Vec<(Arc<Caller>, [u8; 32])> = Vec::new();
         for e in file.tokens {
             if e.name.is_empty()
                 || e.name.len() > 128
@@ -179,6 +180,12 @@ impl AuthConfig {
                     ))
                 },
             )?;
+            if let Some((other, _)) = tokens.iter().find(|(_, h)| *h == hash) {
+                return Err(AuthError::Invalid(format!(
+                    "tokens `{}` and `{}` have the same sha256: one token would hold two roles",
+                    other.name, e.name
+                )));
+            }
             match e.role {
                 Role::Worker if e.task_patterns.is_empty() => {
                     return Err(AuthError::Invalid(format!(
@@ -477,6 +484,16 @@ mod tests {
             AuthConfig::parse("[[tokens]]\nname=\"w\"\nrole=\"worker\"\nsha256=\"00\"\n").is_err()
         );
         assert!(AuthConfig::parse("").is_err());
+        let twice = format!(
+            "[[tokens]]\nname = \"ops\"\nrole = \"admin\"\nsha256 = \"{0}\"\n\n\
+             [[tokens]]\nname = \"view\"\nrole = \"reader\"\nsha256 = \"{0}\"\n",
+            hash_token("s3cret")
+        );
+        let err = AuthConfig::parse(&twice).err().unwrap().to_string();
+        assert!(
+            err.contains("`ops` and `view` have the same sha256"),
+            "{err}"
+        );
         assert!(
             AuthConfig::parse("[[tokens]]\nname=\"x\"\nrole=\"root\"\nsha256=\"00\"\n").is_err()
         );

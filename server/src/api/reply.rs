@@ -6,16 +6,12 @@ use axum::response::{IntoResponse, Response};
 use orbit_core::engine;
 use orbit_core::history::{Event, Millis};
 use serde_json::Value;
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
-/// `ms` since the epoch as RFC 3339 UTC with millisecond precision.
+/// `ms` since the epoch as RFC 3339 UTC with three digits of milliseconds,
+/// the engine's rendering: every time the API shows has the one width,
+/// whether it came from memory, the store or the event stream.
 pub fn rfc3339(ms: Millis) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+    engine::rfc3339(ms)
 }
 
 /// One history event as the API shows it.
@@ -61,4 +57,22 @@ pub fn respond(r: engine::Response) -> Response {
 
 fn r_code(body: &Value) -> Option<&str> {
     body.get("error")?.get("code")?.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{event_json, rfc3339};
+    use orbit_core::history::{Event, EventKind};
+
+    #[test]
+    fn every_time_has_three_digits_of_milliseconds() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_448_522_890), "2026-12-05T05:28:42.890Z");
+        let event = Event {
+            seq: 1,
+            at: 1_796_448_522_890,
+            kind: EventKind::WorkflowStarted {},
+        };
+        assert_eq!(event_json(&event)["at"], "2026-12-05T05:28:42.890Z");
+    }
 }

@@ -37,6 +37,12 @@ pub async fn register(
     }
     for p in &body.task_patterns {
         check_text("a task pattern", p, wire::NAME_MAX)?;
+        // Anything else could never match a task: refused, not idle for good.
+        if !super::auth::valid_pattern(p) {
+            return Err(ApiError::invalid(format!(
+                "`{p}` is not a task pattern (an exact task name, `prefix.*` or `*`)"
+            )));
+        }
     }
     if body.max_tasks == Some(0) {
         return Err(ApiError::invalid("max_tasks must be at least 1"));

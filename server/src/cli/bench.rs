@@ -81,7 +81,7 @@ pub struct Args {
     #[arg(long)]
     pub legacy_results: bool,
     /// In-process server: cap on running executions (`--max-active-executions`).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_active_executions: Option<u64>,
     /// In-process server: how often time is fed to the engine, in milliseconds.
     #[arg(long, default_value_t = 100)]
@@ -123,6 +123,7 @@ pub fn run(args: Args) -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
     if args.workload != Workload::Chain && args.server.is_some() {

@@ -97,10 +97,8 @@ async fn start(args: &Args) -> Outcome {
                 print_json(&execution)?;
             }
             eprintln!(
-                "error: gave up waiting after {}s; {} is still {}",
-                args.timeout.as_secs(),
-                execution.execution_id,
-                execution.status
+                "error: gave up waiting after {:?}; {} is still {}",
+                args.timeout, execution.execution_id, execution.status
             );
             Ok(EXIT_TIMEOUT)
         }

@@ -31,7 +31,9 @@ pub struct Args {
     #[arg(long, default_value = "30", value_parser = parse_duration)]
     pub session_timeout: Duration,
     /// Cap on running or compensating executions; more wait `pending`.
-    #[arg(long)]
+    /// At least 1 (a workflow's `max_active` too): a cap of 0 would start
+    /// nothing, ever.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_active_executions: Option<u64>,
     /// Group commits written at once: 2 overlaps the store with the engine;
     /// 1 makes the fewest, largest transactions.
@@ -217,6 +219,16 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
+/// The listening socket; an error names the address it could not take.
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ServerError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        ServerError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on {addr}: {e}"),
+        ))
+    })
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -377,7 +389,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
         args.otlp_endpoint.as_deref(),
         args.retention,
     )?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = bind(addr).await?;
     let bound = listener.local_addr()?;
     tracing::info!(db = %args.db, "orbit server listening on http://{bound}");
     if args.log_format == LogFormat::Text {
@@ -421,7 +433,7 @@ async fn serve_cluster(
     // Fail on a bad URL now, not at the first renewal.
     let lease = lease::Postgres::connect(&args.db, args.node_timeout / 4)?;
     lease.read().await?;
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = bind(addr).await?;
     let bound = listener.local_addr()?;
     let config = NodeConfig {
         node_id: args
@@ -499,7 +511,7 @@ async fn serve_shared(
 ) -> Result<(), ServerError> {
     use orbit_server::cluster;
     let pg = Arc::new(PostgresStore::open(&PostgresOptions::new(&args.db)).await?);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = bind(addr).await?;
     let bound = listener.local_addr()?;
     let member = orbit_core::node::Member {
         node_id: args
@@ -612,6 +624,7 @@ pub fn run(args: Args) -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match args.log_format {
         LogFormat::Text => logs.try_init(),
