@@ -4,12 +4,14 @@
 //! 1,000 executions of a workflow that reserves stock and charges a
 //! simulated wallet keyed by the idempotency key. During the run the leader
 //! is SIGKILLed three times (and restarted as a standby), then SIGSTOPped
-//! for twice `--node-timeout` and SIGCONTed: its writes are refused as
-//! `fenced:` (its log says so) and it comes back as a standby.
+//! until the workers have moved to the new leader and charged orders there
+//! (the paused server takes their connections and never answers), and
+//! SIGCONTed: its writes are refused as `fenced:` (its log says so) and it
+//! comes back as a standby.
 //!
-//! Checks: every execution completes, every unit has exactly one
-//! `StepSucceeded`, every order is in the wallet exactly once, and exactly
-//! one node leads at the end.
+//! Checks: work goes on while the old leader is paused, every execution
+//! completes, every unit has exactly one `StepSucceeded`, every order is in
+//! the wallet exactly once, and exactly one node leads at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../../io-tokio/tests/postgres_support/mod.rs"]
@@ -321,14 +323,28 @@ async fn three_servers_survive_kills_and_a_paused_leader_with_every_order_charge
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let paused = leader;
+    let stopped = Instant::now();
     nodes[paused].process().pause();
     tokio::time::sleep(NODE_TIMEOUT * 2).await;
     let next = wait_for_leader(&http, &nodes, Some(paused)).await;
+    // The workers' requests to the paused leader time out; they go on to
+    // the other URLs and charge orders at the new leader, while the old one
+    // is still stopped (a worker that stayed would wait for it for good).
+    let charged = wallet.ledger.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while wallet.ledger.lock().unwrap().len() < charged + 20 {
+        assert!(
+            Instant::now() < deadline,
+            "no order charged while {} was paused ({charged} before)",
+            nodes[paused].name
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     nodes[paused].process().resume();
     eprintln!(
-        "SIGSTOP {} for {:?} -> {} leads",
+        "SIGSTOP {} for {:?} -> {} leads, orders charged there meanwhile",
         nodes[paused].name,
-        NODE_TIMEOUT * 2,
+        stopped.elapsed(),
         nodes[next].name
     );
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -7,6 +7,13 @@
 //! last is tried first next time, so a worker that was polling a node which
 //! lost the leadership moves to the new leader and stays there.
 //!
+//! A server that takes the connection but does not answer in time (paused,
+//! hung) counts as one that cannot be reached: the request goes on to the
+//! next URL, and so does the next request even when this one ran out of
+//! window. It may have been applied there after all; every request ORBIT's
+//! clients send again is safe to repeat (an `Idempotency-Key`, a task's
+//! token).
+//!
 //! Each URL is reached through a transport made by a [`Connector`]: real
 //! HTTP ([`ReqwestTransport`]) by default, the simulated network in the
 //! simulator. Time is tokio's, so a simulated clock drives the window.
@@ -161,6 +168,15 @@ impl FailoverTransport {
         self.lock().current = index;
     }
 
+    /// `index` did not answer: unless another server answered meanwhile,
+    /// the next request starts at the one after it.
+    fn passed_over(&self, index: usize) {
+        let mut t = self.lock();
+        if t.current == index {
+            t.current = (index + 1) % t.list.len();
+        }
+    }
+
     async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
         let deadline = Instant::now() + self.window;
         let start = self.lock().current;
@@ -185,7 +201,10 @@ impl FailoverTransport {
                         }
                     }
                 }
-                Err(TransportError::Connect { .. }) if clustered || self.len() > 1 => {}
+                Err(TransportError::Connect { .. }) if clustered || self.len() > 1 => {
+                    self.passed_over(i);
+                }
+                Err(TransportError::Timeout(_)) if self.len() > 1 => self.passed_over(i),
                 _ => {
                     self.answered(i);
                     return outcome;
@@ -271,6 +290,76 @@ mod tests {
             503,
             r#"{"error":{"code":"STORAGE_ERROR","message":"m"}}"#
         )));
+    }
+
+    /// Answers `200` from the URLs in `answering`; the others time out.
+    fn some_paused(answering: &'static [&'static str]) -> Connector {
+        struct One {
+            answers: bool,
+        }
+        impl Transport for One {
+            fn send(&self, _: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
+                let answers = self.answers;
+                Box::pin(async move {
+                    if answers {
+                        Ok(HttpResponse {
+                            status: 200,
+                            headers: Vec::new(),
+                            body: b"{}".to_vec(),
+                        })
+                    } else {
+                        Err(TransportError::Timeout(Duration::from_secs(30)))
+                    }
+                })
+            }
+        }
+        Arc::new(move |url: &str| {
+            let answers = answering.contains(&url);
+            Ok(Arc::new(One { answers }) as Arc<dyn Transport>)
+        })
+    }
+
+    fn urls(list: &[&str]) -> Vec<String> {
+        list.iter().map(|u| (*u).to_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_answers_is_passed_over() {
+        let t = FailoverTransport::with_connector(
+            &urls(&["http://paused:1", "http://up:2"]),
+            some_paused(&["http://up:2"]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let r = t.send(HttpRequest::new(
+            crate::transport::Method::Get,
+            "/v1/executions",
+        ));
+        assert_eq!(r.await.map(|r| r.status).ok(), Some(200));
+        assert_eq!(t.current_url(), "http://up:2");
+    }
+
+    #[tokio::test]
+    async fn after_a_window_spent_waiting_the_next_request_starts_elsewhere() {
+        // The whole window goes to one server that never answers.
+        let t = FailoverTransport::with_connector(
+            &urls(&["http://paused:1", "http://up:2"]),
+            some_paused(&["http://up:2"]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_failover_window(Duration::ZERO);
+        let first = t.send(HttpRequest::new(crate::transport::Method::Get, "/"));
+        assert!(matches!(first.await, Err(TransportError::Timeout(_))));
+        assert_eq!(t.current_url(), "http://up:2");
+        let second = t.send(HttpRequest::new(crate::transport::Method::Get, "/"));
+        assert_eq!(second.await.map(|r| r.status).ok(), Some(200));
+    }
+
+    #[tokio::test]
+    async fn one_server_that_times_out_answers_with_the_timeout() {
+        let t = FailoverTransport::with_connector(&urls(&["http://paused:1"]), some_paused(&[]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let r = t.send(HttpRequest::new(crate::transport::Method::Get, "/"));
+        assert!(matches!(r.await, Err(TransportError::Timeout(_))));
     }
 
     #[test]
