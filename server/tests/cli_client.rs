@@ -333,3 +333,21 @@ fn wait_timeout_exits_3_and_signal_cancel_follow() {
     );
     assert_eq!(r.code, 2, "{r:?}");
 }
+
+#[test]
+fn output_to_a_reader_that_went_away_ends_quietly() {
+    // `orbit explain E0105 | head -0`: the pipe is closed before the
+    // command writes.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orbit"))
+        .args(["explain", "E0105"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -325,11 +325,21 @@ impl EventLoop {
                     live,
                     timeout_ms,
                     limit,
-                } => NodeInput::TakenOver {
-                    result: store
+                } => {
+                    let result = store
                         .take_over(&node_id, &dead, &live, timeout_ms, limit)
-                        .await,
-                },
+                        .await;
+                    match &result {
+                        Ok(taken) if !taken.is_empty() => tracing::info!(
+                            dead = %dead,
+                            executions = taken.len(),
+                            "took over executions of a member that stopped answering"
+                        ),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(dead = %dead, error = %e, "cannot take over"),
+                    }
+                    NodeInput::TakenOver { result }
+                }
                 Io::Reclaim {
                     node_id,
                     after_id,

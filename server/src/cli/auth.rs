@@ -57,10 +57,10 @@ fn hash(args: HashArgs) -> ExitCode {
         );
         let sha256 = hash_token(&token);
         if args.json {
-            println!("{}", json!({"token": token, "sha256": sha256}));
+            out!("{}", json!({"token": token, "sha256": sha256}));
         } else {
-            println!("token = \"{token}\"");
-            println!("sha256 = \"{sha256}\"");
+            out!("token = \"{token}\"");
+            out!("sha256 = \"{sha256}\"");
         }
         return ExitCode::SUCCESS;
     }
@@ -78,7 +78,7 @@ fn hash(args: HashArgs) -> ExitCode {
     if token.is_empty() {
         let message = "the token is empty (pass it as an argument or on stdin)";
         if args.json {
-            println!(
+            out!(
                 "{}",
                 json!({"error": {"code": "INVALID_ARGUMENT", "message": message}})
             );
@@ -87,9 +87,9 @@ fn hash(args: HashArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if args.json {
-        println!("{}", json!({"sha256": hash_token(&token)}));
+        out!("{}", json!({"sha256": hash_token(&token)}));
     } else {
-        println!("{}", hash_token(&token));
+        out!("{}", hash_token(&token));
     }
     ExitCode::SUCCESS
 }

@@ -252,14 +252,14 @@ fn finish<R: Serialize>(
         Ok(report) => {
             if json {
                 match serde_json::to_string_pretty(&report) {
-                    Ok(text) => println!("{text}"),
+                    Ok(text) => out!("{text}"),
                     Err(e) => {
                         eprintln!("error: {e}");
                         return ExitCode::from(2);
                     }
                 }
             } else {
-                println!("{}", line(&report));
+                out!("{}", line(&report));
             }
             if success(&report) {
                 ExitCode::SUCCESS

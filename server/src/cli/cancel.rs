@@ -38,7 +38,7 @@ async fn cancel(args: &Args) -> Outcome {
     if args.client.json {
         print_json(&serde_json::json!({"execution_id": args.id, "cancel_requested": true}))?;
     } else {
-        println!("cancellation of {} requested", args.id);
+        out!("cancellation of {} requested", args.id);
     }
     Ok(EXIT_OK)
 }

@@ -52,7 +52,7 @@ pub fn run(args: Args) -> ExitCode {
             Err(e) => {
                 let message = format!("cannot read {}: {e}", path.display());
                 if args.json {
-                    println!(
+                    out!(
                         "{}",
                         json!({"error": {"code": "IO_ERROR", "message": message}})
                     );
@@ -67,7 +67,7 @@ pub fn run(args: Args) -> ExitCode {
             Ok(found) => found,
             Err(message) => {
                 if args.json {
-                    println!(
+                    out!(
                         "{}",
                         json!({"error": {"code": "CONNECTION_ERROR", "message": message}})
                     );
@@ -84,10 +84,10 @@ pub fn run(args: Args) -> ExitCode {
             .cloned()
     });
     if args.json {
-        println!("{}", to_json(&compiled));
+        out!("{}", to_json(&compiled));
     } else if compiled.is_ok() {
         for d in &compiled.definitions {
-            println!("{} {} {}", d.workflow.name, d.workflow.version, d.hash);
+            out!("{} {} {}", d.workflow.name, d.workflow.version, d.hash);
         }
     } else {
         let files: Vec<(&str, &str)> = sources

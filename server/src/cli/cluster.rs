@@ -44,27 +44,27 @@ async fn status(args: &StatusArgs) -> Outcome {
         return Ok(EXIT_OK);
     }
     let or_none = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
-    println!("mode       {}", status.mode);
+    out!("mode       {}", status.mode);
     if status.mode == "single" {
-        println!("(a single server, not started with --cluster)");
+        out!("(a single server, not started with --cluster)");
         return Ok(EXIT_OK);
     }
     if status.mode == "shared" {
         // No leader, epoch or lease: every member owns its executions.
-        println!("answered   {}", or_none(&status.node_id));
+        out!("answered   {}", or_none(&status.node_id));
     } else {
-        println!(
+        out!(
             "leader     {} {}",
             or_none(&status.leader_node_id),
             or_none(&status.leader)
         );
-        println!(
+        out!(
             "epoch      {}",
             status.epoch.map_or("-".to_owned(), |e| e.to_string())
         );
-        println!("lease      expires {}", or_none(&status.lease_expires_at));
+        out!("lease      expires {}", or_none(&status.lease_expires_at));
     }
-    println!("nodes      {}", status.nodes.len());
+    out!("nodes      {}", status.nodes.len());
     let width = status
         .nodes
         .iter()
@@ -72,7 +72,7 @@ async fn status(args: &StatusArgs) -> Outcome {
         .max()
         .unwrap_or(0);
     for n in &status.nodes {
-        println!(
+        out!(
             "  {:<width$}  {:<8} {:<5} {}  last seen {}",
             n.node_id,
             n.role,

@@ -113,7 +113,7 @@ impl ClientArgs {
     /// Prints a failure the way this command's output mode wants it.
     pub fn report(&self, failure: &Failure) {
         if self.json {
-            println!("{}", failure.body);
+            out!("{}", failure.body);
         }
         eprintln!("error: {}", failure.text);
     }
@@ -179,7 +179,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::usage("INTERNAL", e.to_string()))?;
-    println!("{text}");
+    out!("{text}");
     Ok(())
 }
 

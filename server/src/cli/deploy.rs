@@ -57,7 +57,7 @@ async fn deploy(args: &Args) -> Outcome {
     } else {
         let state = |created: bool| if created { "registered" } else { "unchanged" };
         for w in &deployed.workflows {
-            println!(
+            out!(
                 "workflow {} {} {} {}",
                 w.name,
                 w.version,
@@ -66,7 +66,7 @@ async fn deploy(args: &Args) -> Outcome {
             );
         }
         for t in &deployed.tasks {
-            println!("task {} {} {}", t.name, t.version, state(t.created));
+            out!("task {} {} {}", t.name, t.version, state(t.created));
         }
     }
     Ok(EXIT_OK)

@@ -88,8 +88,8 @@ async fn dev(args: Args) -> Result<u8, String> {
         (None, None) => return Err("no server".into()),
     };
     match &embedded {
-        Some(_) => println!("orbit dev: server on {url}, store {}", args.db),
-        None => println!("orbit dev: using the server at {url}"),
+        Some(_) => out!("orbit dev: server on {url}, store {}", args.db),
+        None => out!("orbit dev: using the server at {url}"),
     }
     // Workers stop first (they unregister), then the server.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -107,7 +107,7 @@ async fn dev(args: Args) -> Result<u8, String> {
             .shutdown_grace(Duration::from_secs(5))
             .connect(&url)
             .map_err(|e| e.to_string())?;
-        println!("  worker {} polling", worker.worker_id());
+        out!("  worker {} polling", worker.worker_id());
         let mut stop = stop_rx.clone();
         running.push(tokio::spawn(async move {
             let id = worker.worker_id().to_string();
@@ -138,9 +138,9 @@ async fn dev(args: Args) -> Result<u8, String> {
         } else {
             "workers polling"
         };
-        println!("\n{what} {url}; press ctrl-c to stop");
+        out!("\n{what} {url}; press ctrl-c to stop");
         if embedded.is_some() {
-            println!("web console: {url}/ui");
+            out!("web console: {url}/ui");
         }
         if let Err(e) = tokio::signal::ctrl_c().await {
             eprintln!("cannot listen for ctrl-c ({e}); stopping now");
@@ -229,12 +229,12 @@ async fn demo(
         }])
         .await
         .map_err(|e| format!("deploying the example: {e}"))?;
-    println!("\ndeployed examples/order.orbit:");
+    out!("\ndeployed examples/order.orbit:");
     for w in &deployed.workflows {
-        println!("  workflow {} {} {}", w.name, w.version, w.definition_hash);
+        out!("  workflow {} {} {}", w.name, w.version, w.definition_hash);
     }
     let tasks: Vec<&str> = deployed.tasks.iter().map(|t| t.name.as_str()).collect();
-    println!("  tasks {}", tasks.join(", "));
+    out!("  tasks {}", tasks.join(", "));
 
     if args.no_demo {
         print_next_steps(url, None);
@@ -266,7 +266,7 @@ async fn demo(
     )
     .await?;
     match wallet.effects().await {
-        Ok(n) => println!(
+        Ok(n) => out!(
             "\nthe example wallet ({}) holds {n} payment effect(s), one per idempotency key",
             workers::wallet_url(&args.db)
         ),
@@ -288,26 +288,26 @@ async fn run_order(
     input: serde_json::Value,
     expected: Status,
 ) -> Result<(String, bool), String> {
-    println!("\n== {title}");
+    out!("\n== {title}");
     let started = client
         .start(StartOptions::new("Order", input))
         .await
         .map_err(|e| format!("starting an order: {e}"))?;
     let id = started.execution_id;
-    println!("started {id}; waiting for it to end…");
+    out!("started {id}; waiting for it to end…");
     let execution = wait_for(client, &id, Duration::from_secs(60), false)
         .await
         .map_err(|e| format!("waiting for {id}: {e}"))?
         .ok_or_else(|| format!("{id} did not finish within 60 s"))?;
     match execution.status {
-        Status::Completed => println!("{id} completed: {}", execution.output),
-        other => println!("{id} {other}: {}", describe_error(&execution.error)),
+        Status::Completed => out!("{id} completed: {}", execution.output),
+        other => out!("{id} {other}: {}", describe_error(&execution.error)),
     }
     let logs = crate::sdk::logs(client, &id)
         .await
         .map_err(|e| format!("reading the history of {id}: {e}"))?;
-    println!("$ orbit logs {id}");
-    print!("{logs}");
+    out!("$ orbit logs {id}");
+    out_raw!("{logs}");
     Ok((id, execution.status == expected))
 }
 
@@ -317,15 +317,15 @@ fn print_next_steps(url: &str, example_id: Option<&str>) {
     } else {
         format!(" --server {url}")
     };
-    println!("\nnext, in another terminal:");
-    println!(
+    out!("\nnext, in another terminal:");
+    out!(
         "  orbit run Order{server} --wait --input '{{\"order_id\":\"o-7\",\"amount\":120,\"currency\":\"EUR\",\"items\":[{{\"sku\":\"pen\",\"qty\":3}}]}}'"
     );
     if let Some(id) = example_id {
-        println!("  orbit logs {id}{server}");
+        out!("  orbit logs {id}{server}");
     }
-    println!("  orbit ls{server}");
-    println!(
+    out!("  orbit ls{server}");
+    out!(
         "  (amounts over {} are declined and compensated)",
         workers::CARD_LIMIT
     );

@@ -30,20 +30,20 @@ pub fn run(args: Args) -> ExitCode {
                 "title": registered.map(|c| c.title),
                 "explanation": text,
             });
-            println!("{body}");
+            out!("{body}");
             ExitCode::SUCCESS
         }
         (Some(text), _) => {
-            print!("{text}");
+            out_raw!("{text}");
             if !text.ends_with('\n') {
-                println!();
+                out!();
             }
             ExitCode::SUCCESS
         }
         (None, _) => {
             let message = format!("`{code}` is not a diagnostic code");
             if args.json {
-                println!(
+                out!(
                     "{}",
                     json!({"error": {"code": "UNKNOWN_CODE", "message": message}})
                 );

@@ -44,7 +44,7 @@ async fn list(args: &Args) -> Outcome {
         return Ok(EXIT_OK);
     }
     if page.executions.is_empty() {
-        println!("no executions");
+        out!("no executions");
         return Ok(EXIT_OK);
     }
     let width = page
@@ -54,13 +54,15 @@ async fn list(args: &Args) -> Outcome {
         .max()
         .unwrap_or(2)
         .max(2);
-    println!(
+    out!(
         "{:<width$}  {:<12}  {:<20}  CREATED",
-        "ID", "STATUS", "WORKFLOW"
+        "ID",
+        "STATUS",
+        "WORKFLOW"
     );
     for e in &page.executions {
         let workflow = format!("{} {}", e.workflow, e.version);
-        println!(
+        out!(
             "{:<width$}  {:<12}  {:<20}  {}",
             e.execution_id,
             e.status.as_str(),
@@ -69,7 +71,7 @@ async fn list(args: &Args) -> Outcome {
         );
     }
     if page.next_cursor.is_some() {
-        println!("… more (use --limit)");
+        out!("… more (use --limit)");
     }
     Ok(EXIT_OK)
 }

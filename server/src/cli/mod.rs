@@ -7,6 +7,39 @@
 //! (diagnostics from `check` included), 2 usage, I/O or connection error,
 //! 3 a `--wait` timed out. clap's own usage errors exit with 2.
 
+/// `println!` for a command's output. A reader that went away
+/// (`orbit ls | head -1`) ends the command quietly, as it ends other Unix
+/// tools, where `println!` would panic.
+macro_rules! out {
+    () => {
+        $crate::cli::emit(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::emit(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's output (see [`out!`]).
+macro_rules! out_raw {
+    ($($arg:tt)*) => {
+        $crate::cli::emit(format_args!($($arg)*))
+    };
+}
+
+/// Writes to stdout; exits quietly (code 0) when stdout is a closed pipe,
+/// and with code 2 on any other write error.
+pub(crate) fn emit(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(2);
+    }
+}
+
 mod auth;
 mod bench;
 mod cancel;

@@ -64,7 +64,7 @@ async fn start(args: &Args) -> Outcome {
             print_json(&started)?;
         } else {
             // stdout is just the id, so scripts can capture it.
-            println!("{}", started.execution_id);
+            out!("{}", started.execution_id);
             if !started.created {
                 eprintln!(
                     "note: {} already exists; it was not started again",
@@ -151,13 +151,13 @@ fn print_outcome(execution: &Execution, json: bool) -> Outcome {
     } else {
         match execution.status {
             Status::Completed => {
-                println!("{} completed", execution.execution_id);
-                println!("output: {}", compact(&execution.output));
+                out!("{} completed", execution.execution_id);
+                out!("output: {}", compact(&execution.output));
             }
             status => {
-                println!("{} {status}", execution.execution_id);
+                out!("{} {status}", execution.execution_id);
                 if !execution.error.is_null() {
-                    println!("error: {}", describe_error(&execution.error));
+                    out!("error: {}", describe_error(&execution.error));
                 }
             }
         }

@@ -38,8 +38,8 @@ async fn signal(args: &Args) -> Outcome {
         print_json(&ack)?;
     } else {
         match ack.seq {
-            Some(seq) => println!("signal {} recorded as #{seq} of {}", args.name, args.id),
-            None => println!("signal {} sent to {}", args.name, args.id),
+            Some(seq) => out!("signal {} recorded as #{seq} of {}", args.name, args.id),
+            None => out!("signal {} sent to {}", args.name, args.id),
         }
     }
     Ok(EXIT_OK)

@@ -27,31 +27,31 @@ async fn status(args: &Args) -> Outcome {
         print_json(&execution)?;
         return Ok(EXIT_OK);
     }
-    println!("execution  {}", execution.execution_id);
-    println!("workflow   {} {}", execution.workflow, execution.version);
+    out!("execution  {}", execution.execution_id);
+    out!("workflow   {} {}", execution.workflow, execution.version);
     if let Some(hash) = &execution.definition_hash {
-        println!("hash       {hash}");
+        out!("hash       {hash}");
     }
-    println!("status     {}", execution.status);
-    println!("input      {}", compact(&execution.input));
+    out!("status     {}", execution.status);
+    out!("input      {}", compact(&execution.input));
     if !execution.output.is_null() {
-        println!("output     {}", compact(&execution.output));
+        out!("output     {}", compact(&execution.output));
     }
     if !execution.error.is_null() {
-        println!("error      {}", describe_error(&execution.error));
+        out!("error      {}", describe_error(&execution.error));
     }
     // The remaining fields, in the order the JSON object lists them.
     if !execution.created_at.is_empty() {
-        println!("{:<10} {}", "created_at", execution.created_at);
+        out!("{:<10} {}", "created_at", execution.created_at);
     }
     if let Some(parent) = &execution.parent {
-        println!("{:<10} {parent}", "parent");
+        out!("{:<10} {parent}", "parent");
     }
     if let Ok(units) = serde_json::to_value(&execution.units) {
         print_units(&units);
     }
     if !execution.updated_at.is_empty() {
-        println!("{:<10} {}", "updated_at", execution.updated_at);
+        out!("{:<10} {}", "updated_at", execution.updated_at);
     }
     Ok(EXIT_OK)
 }
@@ -62,7 +62,7 @@ fn print_units(units: &serde_json::Value) {
         return;
     };
     let width = map.keys().map(String::len).max().unwrap_or(0);
-    println!("units:");
+    out!("units:");
     for (name, unit) in map {
         let status = unit.get("status").and_then(|v| v.as_str()).unwrap_or("?");
         let mut line = format!("  {name:<width$}  {status:<10}");
@@ -79,6 +79,6 @@ fn print_units(units: &serde_json::Value) {
         if let Some(child) = unit.get("child_id").and_then(|v| v.as_str()) {
             line.push_str(&format!(" child={child}"));
         }
-        println!("{}", line.trim_end());
+        out!("{}", line.trim_end());
     }
 }
