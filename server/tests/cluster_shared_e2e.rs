@@ -366,6 +366,26 @@ async fn three_members_survive_kills_and_a_pause_with_every_order_charged_once()
             members[victim].name
         );
         moves.push(moved);
+        // A survivor lists it as not live, with when it was last heard from.
+        let survivor = members[(victim + 1) % members.len()].url();
+        let cluster: Value = http
+            .get(format!("{survivor}/v1/cluster"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let listed = cluster["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|n| n["node_id"] == members[victim].name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{} not listed: {cluster}", members[victim].name));
+        assert_eq!(listed["live"], false, "{cluster}");
+        assert!(
+            listed["started_at"].as_str() < listed["last_seen"].as_str(),
+            "{cluster}"
+        );
         members[victim].start(db.url());
         wait_ready(&http, &members).await;
     }

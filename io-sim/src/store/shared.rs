@@ -36,12 +36,23 @@ pub(super) struct Tables {
     pub(super) inbox: BTreeMap<i64, Stored>,
     /// The last entry id handed out.
     last_id: i64,
-    /// Node contacts: advertise URL and last contact.
-    nodes: BTreeMap<String, (String, Millis)>,
+    /// Node contacts, by node id.
+    nodes: BTreeMap<String, Contact>,
     /// Worker sessions: the node last polled and when.
     sessions: BTreeMap<String, (String, Millis)>,
     /// The database's clock.
     clock: Millis,
+}
+
+/// A member's contact row.
+#[derive(Debug, Clone)]
+struct Contact {
+    /// Its `--advertise` URL.
+    advertise: String,
+    /// Its last beat.
+    seen: Millis,
+    /// Its first beat since the row was last forgotten.
+    since: Millis,
 }
 
 fn refuse_empty(node_id: &str) -> Result<(), StorageError> {
@@ -67,7 +78,7 @@ impl State {
         let t = &self.shared;
         t.nodes
             .get(node)
-            .is_some_and(|(_, seen)| t.clock.saturating_sub(*seen) <= timeout_ms)
+            .is_some_and(|c| t.clock.saturating_sub(c.seen) <= timeout_ms)
     }
 
     /// Stores an entry for `owner`, returning its id.
@@ -188,25 +199,31 @@ impl SimStore {
             .shared
             .nodes
             .get(node_id)
-            .filter(|(_, seen)| now.saturating_sub(*seen) <= forget)
-            .map(|(_, seen)| now.saturating_sub(*seen));
+            .filter(|c| now.saturating_sub(c.seen) <= forget)
+            .map(|c| now.saturating_sub(c.seen));
         s.shared
             .nodes
-            .retain(|_, (_, seen)| now.saturating_sub(*seen) <= forget);
-        s.shared
-            .nodes
-            .insert(node_id.to_owned(), (advertise.to_owned(), now));
-        let live: Vec<Member> = s
+            .retain(|_, c| now.saturating_sub(c.seen) <= forget);
+        let since = s.shared.nodes.get(node_id).map_or(now, |c| c.since);
+        s.shared.nodes.insert(
+            node_id.to_owned(),
+            Contact {
+                advertise: advertise.to_owned(),
+                seen: now,
+                since,
+            },
+        );
+        let (live, silent): (Vec<Member>, Vec<Member>) = s
             .shared
             .nodes
             .iter()
-            .filter(|(_, (_, seen))| now.saturating_sub(*seen) <= timeout_ms)
-            .map(|(id, (advertise, seen))| Member {
+            .map(|(id, c)| Member {
                 node_id: id.clone(),
-                advertise: advertise.clone(),
-                silent_ms: now.saturating_sub(*seen),
+                advertise: c.advertise.clone(),
+                silent_ms: now.saturating_sub(c.seen),
+                up_ms: now.saturating_sub(c.since),
             })
-            .collect();
+            .partition(|m| m.silent_ms <= timeout_ms);
         let dead: BTreeSet<String> = s
             .executions
             .values()
@@ -215,6 +232,7 @@ impl SimStore {
             .collect();
         Ok(Members {
             live,
+            silent,
             dead: dead.into_iter().collect(),
             silence_ms: silence,
         })

@@ -1,8 +1,9 @@
 //! `GET /v1/cluster`: the nodes, the leader, the epoch and the lease's
 //! expiry under `--cluster` (answered by the leader; a standby answers
 //! `503 NOT_LEADER` like every other API call). A shared-mode member
-//! answers `mode: shared` with the live members. A single server answers
-//! `mode: single`.
+//! answers `mode: shared` with the members of its last beat: the live ones
+//! and those silent but not forgotten yet (`live: false`). A single server
+//! answers `mode: single`.
 
 use super::error::ApiError;
 use super::AppState;
@@ -39,26 +40,26 @@ pub async fn status(
     }
 }
 
-/// Shared mode: the members this node's last beat found live, each with
-/// `role: member`. There is no leader, epoch or lease: each execution has
-/// its own owner and epoch.
+/// Shared mode: the members this node's last beat found, live or silent
+/// (not heard from within `--node-timeout`, kept for ten of them), by node
+/// id, each with `role: member`. There is no leader, epoch or lease: each
+/// execution has its own owner and epoch.
 fn shared(state: &AppState, member: &orbit_core::node::Member) -> ClusterStatus {
     let (members, at) = state.driver.members().unwrap_or_default();
-    let nodes = members
-        .live
-        .iter()
-        .map(|m| {
-            let seen = rfc3339(at.saturating_sub(m.silent_ms));
-            ClusterNode {
-                node_id: m.node_id.clone(),
-                advertise: m.advertise.clone(),
-                role: "member".to_owned(),
-                live: true,
-                last_seen: seen.clone(),
-                started_at: seen,
-            }
+    let live = members.live.iter().map(|m| (m, true));
+    let silent = members.silent.iter().map(|m| (m, false));
+    let mut nodes: Vec<ClusterNode> = live
+        .chain(silent)
+        .map(|(m, live)| ClusterNode {
+            node_id: m.node_id.clone(),
+            advertise: m.advertise.clone(),
+            role: "member".to_owned(),
+            live,
+            last_seen: rfc3339(at.saturating_sub(m.silent_ms)),
+            started_at: rfc3339(at.saturating_sub(m.up_ms)),
         })
         .collect();
+    nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
     ClusterStatus {
         mode: "shared".to_owned(),
         node_id: Some(member.node_id.clone()),

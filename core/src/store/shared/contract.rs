@@ -193,9 +193,17 @@ pub async fn a_beat_lists_the_live_and_the_dead_owners<S: Storage + Store>(
     let mine = members.live.iter().find(|m| m.node_id == me);
     ensure!(
         C,
-        mine.is_some_and(|m| m.advertise == "http://me:7000" && m.silent_ms < TIMEOUT_MS),
+        mine.is_some_and(|m| m.advertise == "http://me:7000"
+            && m.silent_ms < TIMEOUT_MS
+            && m.up_ms >= m.silent_ms),
         "live {:?}",
         members.live
+    );
+    ensure!(
+        C,
+        !members.silent.iter().any(|m| m.node_id == me),
+        "{me} both live and silent: {:?}",
+        members.silent
     );
     ensure!(
         C,

@@ -122,6 +122,9 @@ pub struct Member {
     pub advertise: String,
     /// How long ago (database clock) its contact was written.
     pub silent_ms: Millis,
+    /// How long ago (database clock) its contact was first written: it has
+    /// been a member since (under this id, its contact never forgotten).
+    pub up_ms: Millis,
 }
 
 /// The answer of a [`Store::beat`].
@@ -129,6 +132,10 @@ pub struct Member {
 pub struct Members {
     /// Nodes heard from within the timeout, this one included, by node id.
     pub live: Vec<Member>,
+    /// Nodes not heard from within the timeout whose contact is not
+    /// forgotten yet (silent for less than ten timeouts), by node id: what
+    /// `GET /v1/cluster` lists as not live.
+    pub silent: Vec<Member>,
     /// Nodes not heard from within the timeout (or never, or `""`) that
     /// still own non-terminal executions, by node id.
     pub dead: Vec<String>,

@@ -159,24 +159,29 @@ impl PostgresStore {
             .await
             .map_err(unavailable)?;
         let rows = sqlx::query(&format!(
-            "SELECT node_id, advertise, {} FROM nodes \
-             WHERE last_seen >= now() - $1 * interval '1 millisecond' ORDER BY node_id",
-            silent_ms("last_seen")
+            "SELECT node_id, advertise, {}, {}, \
+             last_seen >= now() - $1 * interval '1 millisecond' FROM nodes ORDER BY node_id",
+            silent_ms("last_seen"),
+            silent_ms("started_at")
         ))
         .bind(millis(timeout_ms))
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
-        let live = rows
-            .iter()
-            .map(|r| {
-                Ok(Member {
-                    node_id: r.try_get(0).map_err(unavailable)?,
-                    advertise: r.try_get(1).map_err(unavailable)?,
-                    silent_ms: to_u64(r.try_get(2).map_err(unavailable)?),
-                })
-            })
-            .collect::<Result<Vec<_>, StorageError>>()?;
+        let (mut live, mut silent) = (Vec::new(), Vec::new());
+        for r in &rows {
+            let member = Member {
+                node_id: r.try_get(0).map_err(unavailable)?,
+                advertise: r.try_get(1).map_err(unavailable)?,
+                silent_ms: to_u64(r.try_get(2).map_err(unavailable)?),
+                up_ms: to_u64(r.try_get(3).map_err(unavailable)?),
+            };
+            if r.try_get::<bool, _>(4).map_err(unavailable)? {
+                live.push(member);
+            } else {
+                silent.push(member);
+            }
+        }
         // The distinct owners of non-terminal executions, one index probe
         // each (a loose scan of executions_owner), less the live ones.
         let dead: Vec<String> = sqlx::query_scalar(&format!(
@@ -198,6 +203,7 @@ impl PostgresStore {
         .map_err(unavailable)?;
         Ok(Members {
             live,
+            silent,
             dead,
             silence_ms: silence.map(to_u64),
         })
