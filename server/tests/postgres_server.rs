@@ -333,3 +333,41 @@ fn an_unreachable_postgres_url_is_a_clear_start_error() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("storage"), "{stderr}");
 }
+
+/// `orbit server` on `db`, expected to refuse to start: its stderr.
+fn refused_start(db: &str, extra: &[&str]) -> String {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_orbit"))
+        .args(["server", "--db", db, "--listen", &listen])
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_without_cluster_per_database() {
+    let Some(db) = ScratchDatabase::create("claim").await else {
+        return;
+    };
+    let mut first = spawn_server(db.url(), free_port()).await;
+    let stderr = refused_start(db.url(), &[]);
+    assert!(
+        stderr.contains("in use by another orbit server"),
+        "{stderr}"
+    );
+    let stderr = refused_start(db.url(), &["--cluster", "--node-id", "n1"]);
+    assert!(stderr.contains("without --cluster"), "{stderr}");
+    let stderr = refused_start(
+        db.url(),
+        &["--cluster", "--cluster-mode", "shared", "--node-id", "n1"],
+    );
+    assert!(stderr.contains("without --cluster"), "{stderr}");
+    // A server that died leaves nothing behind: the next one starts.
+    first.kill();
+    let mut second = spawn_server(db.url(), free_port()).await;
+    second.kill();
+}

@@ -15,5 +15,5 @@ pub use orbit_core::store::{
     ExecutionRow, Fence, IdempotencyRecord, ListFilter, ListPage, Owner, Purged, QueueOp, Storage,
     StorageError, StoredExecution, Transaction,
 };
-pub use postgres::{InDoubt, Outcome, PostgresOptions, PostgresStore};
+pub use postgres::{claim, InDoubt, Outcome, PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};

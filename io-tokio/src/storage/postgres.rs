@@ -18,6 +18,7 @@ use super::{
 use super::{ListPage, Purged};
 use async_trait::async_trait;
 
+pub mod claim;
 mod in_doubt;
 mod reads;
 mod shared;

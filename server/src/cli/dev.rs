@@ -17,8 +17,9 @@ use serde_json::json;
 
 use super::common::{parse_duration, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use super::run::{describe_error, wait_for};
-use super::server::{listen_addr, open_store};
+use super::server::{is_postgres, listen_addr, open_store};
 use crate::api::{self, AppState};
+use orbit_io_tokio::storage::claim;
 use orbit_sdk::{Client, SourceFile, StartOptions, Status, DEFAULT_SERVER};
 
 /// The example workflow file, built into the binary so `orbit dev` works
@@ -163,11 +164,19 @@ struct Embedded {
     driver: Driver,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     stop: tokio::sync::watch::Sender<bool>,
+    /// On PostgreSQL, the claim of the only server on the database.
+    _claim: Option<claim::Claim>,
 }
 
 impl Embedded {
     async fn start(args: &Args) -> Result<Embedded, String> {
         let addr = listen_addr(&args.listen, false).map_err(|e| e.to_string())?;
+        let claim = if is_postgres(&args.db) {
+            let claim = claim::Claim::take(&args.db, claim::Use::Alone).await;
+            Some(claim.map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
         let store = open_store(&args.db).await.map_err(|e| e.to_string())?;
         let options = driver::Options {
             engine: Config {
@@ -201,6 +210,7 @@ impl Embedded {
             driver,
             server,
             stop,
+            _claim: claim,
         })
     }
 

@@ -8,7 +8,7 @@ use orbit_core::engine::Config;
 use orbit_io_tokio::builtin::{self, allow::AllowPattern};
 use orbit_io_tokio::driver::{self, Clock, Driver};
 use orbit_io_tokio::storage::{
-    PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
+    claim, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage, StorageError,
 };
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -265,7 +265,7 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Storage>, ServerError> {
 }
 
 /// Whether `url` names a PostgreSQL database.
-fn is_postgres(url: &str) -> bool {
+pub(super) fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres:") || url.starts_with("postgresql:")
 }
 
@@ -377,6 +377,12 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     if args.cluster {
         return serve_cluster(args, addr, http_options, api_options, connection_limits).await;
     }
+    // One server without --cluster per PostgreSQL database (see `claim`).
+    let claim = if is_postgres(&args.db) {
+        Some(claim::Claim::take(&args.db, claim::Use::Alone).await?)
+    } else {
+        None
+    };
     let store = open_store(&args.db).await?;
     let driver = Driver::start(store, driver_options(&args)).await?;
     let state = AppState {
@@ -400,13 +406,25 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     // On a signal, stop the engine first: parked long polls and waits are
     // answered 503 at once instead of holding the shutdown for minutes.
     let stopping = driver.clone();
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
     limits::serve(
         listener,
         api::app_with(state, api_options),
         connection_limits,
         async move {
-            shutdown_signal().await;
-            tracing::info!("shutting down");
+            let lost = async {
+                match claim {
+                    Some(claim) => claim.lost(CLAIM_CHECK).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown_signal() => tracing::info!("shutting down"),
+                why = lost => {
+                    tracing::error!("{why}; stopping");
+                    let _ = lost_tx.send(why);
+                }
+            }
             stopping.shutdown().await;
         },
     )
@@ -415,6 +433,24 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     for chore in chores {
         chore.abort();
     }
+    match lost_rx.await {
+        Ok(why) => Err(StorageError::Unavailable(why).into()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// How often a server checks the connection holding its claim on a
+/// PostgreSQL database.
+const CLAIM_CHECK: Duration = Duration::from_secs(5);
+
+/// A `--cluster` member's shared claim on the database, kept (and taken
+/// again after the database comes back) while the process runs.
+async fn claim_as_member(db: &str) -> Result<(), ServerError> {
+    let claim = claim::Claim::take(db, claim::Use::Cluster).await?;
+    tokio::spawn(async move {
+        let why = claim.lost(CLAIM_CHECK).await;
+        tracing::error!("{why}");
+    });
     Ok(())
 }
 
@@ -429,6 +465,7 @@ async fn serve_cluster(
 ) -> Result<(), ServerError> {
     use orbit_io_tokio::storage::lease::{self, Store};
     use orbit_server::cluster::{self, supervisor, Node, NodeConfig};
+    claim_as_member(&args.db).await?;
     let pg = PostgresStore::open(&PostgresOptions::new(&args.db)).await?;
     // Fail on a bad URL now, not at the first renewal.
     let lease = lease::Postgres::connect(&args.db, args.node_timeout / 4)?;
@@ -510,6 +547,7 @@ async fn serve_shared(
     connection_limits: limits::ConnectionLimits,
 ) -> Result<(), ServerError> {
     use orbit_server::cluster;
+    claim_as_member(&args.db).await?;
     let pg = Arc::new(PostgresStore::open(&PostgresOptions::new(&args.db)).await?);
     let listener = bind(addr).await?;
     let bound = listener.local_addr()?;
