@@ -87,6 +87,8 @@ async fn standby(node: &Node, stop: &watch::Receiver<bool>) -> Option<(u64, Inst
     let config = node.config();
     let every = config.renew_every();
     let mut reachable = true;
+    // When the leader's lease, as last read, runs out.
+    let mut leader_until: Option<Instant> = None;
     loop {
         if *stop.borrow() {
             return None;
@@ -129,6 +131,8 @@ async fn standby(node: &Node, stop: &watch::Receiver<bool>) -> Option<(u64, Inst
                     });
                 } else {
                     wait = every.min(Duration::from_millis(state.remaining_ms() + 5));
+                    leader_until =
+                        Some(Instant::now() + Duration::from_millis(state.remaining_ms()));
                     let known = node.view();
                     let leader_url = if known.leader_node_id.as_deref() == Some(&state.holder)
                         && known.leader_url.is_some()
@@ -163,6 +167,17 @@ async fn standby(node: &Node, stop: &watch::Receiver<bool>) -> Option<(u64, Inst
                     reachable = false;
                 }
             }
+        }
+        // Unread, the leader's lease runs out like any other: past its end
+        // this node no longer names a leader it cannot know is one.
+        if !reachable && leader_until.is_some_and(|t| Instant::now() >= t) {
+            leader_until = None;
+            let known = node.view();
+            node.set_view(View {
+                leader_node_id: None,
+                leader_url: None,
+                ..known
+            });
         }
         // `biased;` throughout: stopping is checked first, and a seeded
         // simulation must not depend on tokio's random branch order.
