@@ -243,3 +243,49 @@ async fn committed_events_are_published_and_recovered_after_restart() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["created"], false);
 }
+
+#[tokio::test]
+async fn a_deposed_driver_sends_its_parked_polls_to_another_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = flaky(&dir).await;
+    let driver = Driver::start(store.clone(), Options::default())
+        .await
+        .unwrap();
+    let r = driver
+        .call(Request::RegisterWorker {
+            worker_id: "w".into(),
+            task_patterns: vec!["*".into()],
+            max_tasks: None,
+        })
+        .await;
+    let session = r.body["session_id"].as_str().unwrap().to_owned();
+    // A poll parked with nothing to hand out, when the term ends.
+    let parked = {
+        let driver = driver.clone();
+        tokio::spawn(async move {
+            driver
+                .call(Request::Poll {
+                    session_id: session,
+                    max_tasks: None,
+                    wait_ms: 10_000,
+                    held: Vec::new(),
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    driver.depose().await;
+    let r = tokio::time::timeout(Duration::from_secs(5), parked)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status, 503, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "NOT_LEADER", "{:?}", r.body);
+    assert!(r.body["error"]["leader"].is_null(), "{:?}", r.body);
+    let after = driver.call(start("d-1")).await;
+    assert_eq!(
+        after.body["error"]["code"], "NOT_LEADER",
+        "{:?}",
+        after.body
+    );
+}

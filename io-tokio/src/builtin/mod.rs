@@ -89,8 +89,10 @@ struct Executor {
     running: BTreeSet<String>,
 }
 
+/// The driver stopped: the server shuts down, or this node's term as
+/// leader ended.
 fn is_shutdown(r: &Response) -> bool {
-    r.status == 503 && r.error_code() == Some("SHUTTING_DOWN")
+    r.status == 503 && matches!(r.error_code(), Some("SHUTTING_DOWN" | "NOT_LEADER"))
 }
 
 fn current(session: &Mutex<Option<String>>) -> Option<String> {

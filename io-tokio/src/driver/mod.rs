@@ -129,6 +129,10 @@ struct Shared {
     committed: broadcast::Sender<Committed>,
     metrics: Arc<Metrics>,
     ready: AtomicBool,
+    /// Stopped because this node no longer leads (`--cluster`): requests
+    /// it could not answer get `503 NOT_LEADER`, which sends clients to
+    /// the other servers, instead of `SHUTTING_DOWN`.
+    deposed: AtomicBool,
     store: Arc<dyn Storage>,
     session_timeout_ms: Millis,
     clock: Clock,
@@ -247,6 +251,7 @@ impl Driver {
             committed: committed.clone(),
             metrics: metrics.clone(),
             ready: AtomicBool::new(false),
+            deposed: AtomicBool::new(false),
             store: store.clone(),
             session_timeout_ms: options.engine.session_timeout_ms,
             clock: sources.clock.clone(),
@@ -311,7 +316,7 @@ impl Driver {
             Command::Request { id, request, reply }
         };
         if self.shared.commands.send(command).is_err() {
-            return (0..count).map(|_| shutting_down()).collect();
+            return (0..count).map(|_| self.stopped()).collect();
         }
         let mut guards: Vec<AbandonGuard> = replies
             .iter()
@@ -326,7 +331,7 @@ impl Driver {
             let response = rx.await;
             guard.armed = false;
             let Ok(response) = response else {
-                responses.push(shutting_down());
+                responses.push(self.stopped());
                 continue;
             };
             self.observe(session.as_deref(), &response);
@@ -407,6 +412,30 @@ impl Driver {
     /// The configured session timeout.
     pub fn session_timeout_ms(&self) -> Millis {
         self.shared.session_timeout_ms
+    }
+
+    /// [`Driver::shutdown`] of a leader's driver when its term ends: the
+    /// requests still parked are answered `503 NOT_LEADER` (no leader
+    /// named: the next one is not known here).
+    pub async fn depose(&self) {
+        self.shared.deposed.store(true, Ordering::SeqCst);
+        self.shutdown().await;
+    }
+
+    /// The answer to a request the stopped loop did not answer.
+    fn stopped(&self) -> Response {
+        if !self.shared.deposed.load(Ordering::SeqCst) {
+            return shutting_down();
+        }
+        let mut r = Response::error(
+            503,
+            "NOT_LEADER",
+            "this node stopped leading; another one takes over",
+        );
+        if let Some(error) = r.body.get_mut("error").and_then(|e| e.as_object_mut()) {
+            error.insert("leader".into(), serde_json::Value::Null);
+        }
+        r
     }
 
     /// Stops the loop after the commit in flight (and the batches waiting for

@@ -309,14 +309,11 @@ async fn lead(
     renewer.abort();
     tracing::warn!(
         epoch,
-        "stepped down from epoch {epoch}: memory dropped, parked requests answered 503; now a standby"
+        "stepped down from epoch {epoch}: memory dropped, parked requests answered 503 NOT_LEADER; now a standby"
     );
     // Every commit of this term is refused from now on, so this ends
     // quickly: batches waiting fail as fenced, parked requests get 503.
-    if timeout(config.node_timeout, driver.shutdown())
-        .await
-        .is_err()
-    {
+    if timeout(config.node_timeout, driver.depose()).await.is_err() {
         tracing::warn!("the deposed driver did not stop within --node-timeout");
     }
     true
