@@ -8,12 +8,13 @@
 //! wallet keyed by the idempotency key.
 //!
 //! Faults: a member is SIGKILLed mid-run twice (the others take over its
-//! executions; it is restarted with the same node id once they have), and
-//! one is SIGSTOPped for twice `--node-timeout`, then SIGCONTed: its
-//! executions move meanwhile, and it drops what it held once it runs again
-//! (its log says `fenced:`).
+//! executions; it is restarted with the same node id once they have; a
+//! survivor's `/v1/cluster` lists it as not live), and one is SIGSTOPped
+//! until its executions have moved and orders are charged without it (the
+//! workers and clients sending to it move on), then SIGCONTed: it drops
+//! what it held once it runs again (its log says `fenced:`).
 //!
-//! Checks: every execution completes, every unit has exactly one
+//! Checks: work goes on while a member is paused, every execution completes, every unit has exactly one
 //! `StepSucceeded`, every order is in the wallet exactly once, and no inbox
 //! entry and no queue row is left behind.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -396,14 +397,27 @@ async fn three_members_survive_kills_and_a_pause_with_every_order_charged_once()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let paused = 0;
+    let stopped = Instant::now();
     members[paused].process().pause();
     let moved = wait_moved(db.url(), &members[paused].name).await;
     tokio::time::sleep((NODE_TIMEOUT * 2).saturating_sub(moved)).await;
+    // Workers and clients whose requests went to the paused member move
+    // on to the others, and orders are charged while it is still stopped.
+    let charged = wallet.ledger.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while wallet.ledger.lock().unwrap().len() < charged + 20 {
+        assert!(
+            Instant::now() < deadline,
+            "no order charged while {} was paused ({charged} before)",
+            members[paused].name
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     members[paused].process().resume();
     eprintln!(
-        "SIGSTOP {} for {:?}; its executions moved after {moved:?}",
+        "SIGSTOP {} for {:?}; its executions moved after {moved:?}, orders charged meanwhile",
         members[paused].name,
-        NODE_TIMEOUT * 2
+        stopped.elapsed()
     );
     wait_ready(&http, &members).await;
 
