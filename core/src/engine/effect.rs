@@ -396,9 +396,9 @@ mod tests {
     use super::{Body, Task};
     use serde_json::json;
 
-    #[test]
-    fn a_poll_body_is_the_tasks_serialized() {
-        let task = |n: u32| Task {
+    /// A task as a poll hands it out (odd `n`: a first delivery).
+    fn task(n: u32) -> Task {
+        Task {
             token: format!("t{n}"),
             execution_id: "e".into(),
             workflow: "W".into(),
@@ -411,7 +411,11 @@ mod tests {
             attempt: n,
             redelivery: n.is_multiple_of(2),
             traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_poll_body_is_the_tasks_serialized() {
         let tasks = vec![task(1), task(2)];
         assert_eq!(Task::poll_body(tasks.clone()), json!({ "tasks": tasks }));
         assert_eq!(Task::poll_body(Vec::new()), json!({"tasks": []}));
@@ -419,20 +423,7 @@ mod tests {
 
     #[test]
     fn a_typed_hand_out_reads_and_serializes_as_its_json() {
-        let task = Task {
-            token: "t1".into(),
-            execution_id: "e".into(),
-            workflow: "W".into(),
-            workflow_version: "1.0.0".into(),
-            step_id: "s".into(),
-            task_name: "x.y".into(),
-            contract_version: "2.0.0".into(),
-            input: json!({"n": 1}).into(),
-            idempotency_key: "e/s".into(),
-            attempt: 1,
-            redelivery: false,
-            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
-        };
+        let task = task(1);
         let tree = json!({ "tasks": [task.clone()] });
         let body = Body::tasks(vec![task]);
         assert_eq!(body, tree);
@@ -453,20 +444,7 @@ mod tests {
 
     #[test]
     fn results_beside_a_hand_out_keep_it_typed_and_serialize_with_it() {
-        let task = Task {
-            token: "t1".into(),
-            execution_id: "e".into(),
-            workflow: "W".into(),
-            workflow_version: "1.0.0".into(),
-            step_id: "s".into(),
-            task_name: "x.y".into(),
-            contract_version: "2.0.0".into(),
-            input: json!({"n": 1}).into(),
-            idempotency_key: "e/s".into(),
-            attempt: 1,
-            redelivery: false,
-            traceparent: String::new(),
-        };
+        let task = task(1);
         let results = json!([{"token": "t0", "status": 200, "accepted": true}]);
         let tree = json!({ "tasks": [task.clone()], "results": results });
         let mut body = Body::tasks(vec![task]);
