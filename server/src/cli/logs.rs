@@ -3,7 +3,6 @@
 //! the core's formatter. `--follow` keeps printing events as they are
 //! recorded until the execution ends.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -176,7 +175,6 @@ struct Printer {
 
 impl Printer {
     fn print(&mut self, events: &[RecordedEvent]) -> Result<(), Failure> {
-        let mut out = std::io::stdout().lock();
         for recorded in events {
             if recorded.seq <= self.last_seq {
                 continue;
@@ -192,11 +190,10 @@ impl Printer {
                 let origin = *self.origin.get_or_insert(event.at);
                 format_event(&self.id, origin, &event)
             };
-            writeln!(out, "{line}")
-                .map_err(|e| Failure::usage("IO_ERROR", format!("cannot write: {e}")))?;
+            // Flushed line by line (`--follow`); a reader that went away
+            // (`orbit logs ID | head`) ends the command quietly.
+            out!("{line}");
         }
-        out.flush()
-            .map_err(|e| Failure::usage("IO_ERROR", format!("cannot write: {e}")))?;
         Ok(())
     }
 }
