@@ -202,6 +202,25 @@ fn a_start_with_the_id_of_a_forgotten_execution_is_answered_from_the_store() {
     assert_eq!(w.store.histories.len(), 1);
 }
 
+/// The store's refusal of that create is a read in the form of a write:
+/// the execution read back comes in idle, and the engine asks for no tick
+/// for it. One kept in memory would have cost none, and an extra tick sees
+/// a clock that jumped sooner than the server that kept it (seed
+/// `0x21dd3220` of `eviction-invisible`).
+#[test]
+fn a_start_refused_for_a_forgotten_id_asks_for_no_wake() {
+    let mut w = forgetful();
+    finish(&mut w, "f-5");
+    w.at(20);
+    let before = w.wake;
+    let r = w.start("Plain", "f-5", json!({"n": 9}));
+    assert_eq!(
+        (r.status, r.body.into_json()),
+        (200, json!({"execution_id": "f-5", "created": false}))
+    );
+    assert_eq!(w.wake, before, "no wake-up of its own");
+}
+
 /// A new client-chosen id is created without a read of the store.
 #[test]
 fn a_start_with_a_new_id_reads_nothing() {

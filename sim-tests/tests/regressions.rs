@@ -627,3 +627,18 @@ fn finding_32_an_adopted_copy_waits_for_the_old_copys_batch() {
 fn finding_33_a_start_waits_for_the_create_of_a_copy_given_up() {
     passes(0x784, Scenario::ClusterShared);
 }
+
+/// Finding 34 (the stop checklist's range, `--seeds 5000 --from
+/// 568144017`): with eviction, a start for a finished execution the engine
+/// had forgotten was written as a create, refused because the id exists,
+/// and the execution read back. The engine then asked for a re-decide at
+/// the next tick, as after a failed write, so the node woke 100 ms later
+/// where the run without eviction had no wake at all. A clock jump came in
+/// between: that extra tick saw the jump 300 ms before the other run did,
+/// and answered a parked poll early and ended its session (0x21dd3220). An
+/// id read back after a refused create now comes in idle, as a load brings
+/// one, with no tick of its own.
+#[test]
+fn finding_34_a_refused_create_read_back_asks_for_no_tick() {
+    passes(0x21dd3220, Scenario::EvictionInvisible);
+}

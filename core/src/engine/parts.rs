@@ -87,6 +87,11 @@ pub(super) struct Writes {
     /// Shared mode: starts of an execution given up while a batch of it
     /// was in flight, waiting for that batch (see `Engine::start`).
     pub after: BTreeMap<BatchId, Vec<(RequestId, Request)>>,
+    /// Ids whose create was refused because the store holds them, until
+    /// their reload is back: a read in the form of a write, so the stored
+    /// execution comes in as a load brings one, with no re-decide asked
+    /// for at the next tick.
+    pub read_back: BTreeSet<String>,
 }
 
 /// Admission: executions waiting for a slot under their workflow's cap,

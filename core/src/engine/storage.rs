@@ -204,6 +204,9 @@ impl Engine {
                     }
                 }
                 let again = creates_to_run_again(&mut txn, &stale);
+                self.writes
+                    .read_back
+                    .extend(again.iter().map(|(id, _, _)| id.clone()));
                 self.abort(txn, &message);
                 for (exec_id, rid, request) in taken {
                     self.ask_load(
@@ -317,7 +320,9 @@ impl Engine {
                     self.request(rid, req);
                 }
             } else {
-                self.retry_soon(id);
+                if !self.writes.read_back.contains(id) {
+                    self.retry_soon(id);
+                }
                 self.release_parked_entries(id);
                 self.drain_waiting(id);
             }
@@ -796,10 +801,15 @@ impl Engine {
             }
         }
         // Re-decide on the next tick, not now: a store that keeps failing
-        // must not turn into a hot loop of writes.
+        // must not turn into a hot loop of writes. An id read back after
+        // its create was refused wrote nothing of memory's: it comes in
+        // idle, as a load brings one, and a tick for it would be a tick
+        // that a server which had kept it in memory does not take.
         for id in ids {
             self.drain_waiting(&id);
-            self.retry_soon(&id);
+            if !self.writes.read_back.remove(&id) {
+                self.retry_soon(&id);
+            }
             self.retire(&id);
         }
     }
