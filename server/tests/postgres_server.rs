@@ -366,6 +366,18 @@ async fn one_server_without_cluster_per_database() {
         &["--cluster", "--cluster-mode", "shared", "--node-id", "n1"],
     );
     assert!(stderr.contains("without --cluster"), "{stderr}");
+    // A benchmark's in-process server takes the same claim.
+    let out = Command::new(env!("CARGO_BIN_EXE_orbit"))
+        .args(["bench", "--db", db.url(), "--executions", "5", "--quiet"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("in use by another orbit server"),
+        "{stderr}"
+    );
     // A server that died leaves nothing behind: the next one starts.
     first.kill();
     let mut second = spawn_server(db.url(), free_port()).await;

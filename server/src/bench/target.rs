@@ -6,7 +6,7 @@ use super::BenchError;
 use crate::api::{self, AppState};
 use orbit_io_tokio::driver::{self, Driver};
 use orbit_io_tokio::storage::{
-    PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
+    claim, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,6 +25,9 @@ struct Local {
     shutdown: tokio::sync::oneshot::Sender<()>,
     serving: tokio::task::JoinHandle<()>,
     scratch: Option<PathBuf>,
+    /// On PostgreSQL, the claim of the only server on the database: a
+    /// benchmark never runs beside a server that uses it.
+    _claim: Option<claim::Claim>,
 }
 
 /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`).
@@ -67,6 +70,11 @@ impl Target {
                 )
             }
         };
+        let claim = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Some(claim::Claim::take(&url, claim::Use::Alone).await?)
+        } else {
+            None
+        };
         let (store, backend) = open_store(&url).await?;
         let driver = Driver::start(store, options).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -91,6 +99,7 @@ impl Target {
                 shutdown,
                 serving,
                 scratch,
+                _claim: claim,
             }),
         })
     }
