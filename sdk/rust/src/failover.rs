@@ -177,6 +177,27 @@ impl FailoverTransport {
         }
     }
 
+    /// The error of a window in which no server answered: with several
+    /// URLs it names them all (the last one's error alone would send an
+    /// operator to the wrong server), and stays a connection error.
+    fn none_answered(&self, last: TransportError) -> TransportError {
+        if self.len() < 2 {
+            return last;
+        }
+        match last {
+            TransportError::Connect { .. } | TransportError::Timeout(_) => {
+                TransportError::Connect {
+                    target: self.urls().join(", "),
+                    message: format!(
+                        "no server answered within {:?} (last: {last})",
+                        self.window
+                    ),
+                }
+            }
+            other => other,
+        }
+    }
+
     async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
         let deadline = Instant::now() + self.window;
         let start = self.lock().current;
@@ -211,7 +232,7 @@ impl FailoverTransport {
                 }
             }
             if Instant::now() >= deadline {
-                return outcome;
+                return outcome.map_err(|e| self.none_answered(e));
             }
             index = i + 1;
             tried += 1;
@@ -348,7 +369,15 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
         .with_failover_window(Duration::ZERO);
         let first = t.send(HttpRequest::new(crate::transport::Method::Get, "/"));
-        assert!(matches!(first.await, Err(TransportError::Timeout(_))));
+        // No server answered in the window: the error names every one.
+        let message = first.await.err().map(|e| e.to_string());
+        assert_eq!(
+            message.as_deref(),
+            Some(
+                "cannot connect to http://paused:1, http://up:2: no server answered \
+                 within 0ns (last: no answer within 30s)"
+            )
+        );
         assert_eq!(t.current_url(), "http://up:2");
         let second = t.send(HttpRequest::new(crate::transport::Method::Get, "/"));
         assert_eq!(second.await.map(|r| r.status).ok(), Some(200));
