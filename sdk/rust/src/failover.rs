@@ -188,10 +188,7 @@ impl FailoverTransport {
             TransportError::Connect { .. } | TransportError::Timeout(_) => {
                 TransportError::Connect {
                     target: self.urls().join(", "),
-                    message: format!(
-                        "no server answered within {:?} (last: {last})",
-                        self.window
-                    ),
+                    message: format!("no server answered within {:?} (last: {last})", self.window),
                 }
             }
             other => other,
