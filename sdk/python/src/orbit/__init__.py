@@ -3,6 +3,7 @@ workflows and drive executions, and :class:`Worker`, an asyncio worker that
 runs task handlers. Speaks the HTTP API described by the server's
 ``/v1/openapi.json``; depends on httpx only."""
 
+from ._failover import DEFAULT_FAILOVER_WINDOW
 from .client import DEFAULT_SERVER, AsyncClient, Client
 from .errors import (
     ApiError,
@@ -31,6 +32,7 @@ from .types import Event, Execution, ExecutionPage, Started, Task, TraceContext
 from .worker import Cancelled, TaskContext, TaskError, Worker
 
 __all__ = [
+    "DEFAULT_FAILOVER_WINDOW",
     "DEFAULT_SERVER",
     "ApiError",
     "AsyncClient",

@@ -7,8 +7,15 @@ one); a call is made up to 3 times in total with exponential backoff on
 429, 5xx, ``IDEMPOTENCY_KEY_IN_FLIGHT`` and connection errors, reusing the
 key, so a retried call never acts twice. Reads are retried the same way.
 Other 4xx answers are raised at once as the exception class of their code
-(:mod:`orbit.errors`). A ``503 NOT_LEADER`` answer naming the leader is
-followed: the client switches to the leader's URL.
+(:mod:`orbit.errors`).
+
+Several servers (a ``--cluster``): ``server`` may be one URL, several
+comma-separated, or a list. A ``503 NOT_LEADER`` answer naming the leader is
+followed to the leader's URL; one naming none, a refused connection, an
+unreachable server and (with more than one URL) a server that does not answer
+within ``timeout`` send the request on to the next URL, for up to
+``failover_window`` seconds per attempt (:mod:`orbit._failover`). The server
+that answered last is tried first by the next call.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +31,8 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import ApiError, NotLeader, TransportError, error_from_answer
+from ._failover import DEFAULT_FAILOVER_WINDOW, MAX_HOPS, Servers
+from .errors import ApiError, TransportError, error_from_answer
 from .types import Event, Execution, ExecutionPage, Started
 
 DEFAULT_SERVER = "http://127.0.0.1:7373"
@@ -32,8 +40,8 @@ DEFAULT_SERVER = "http://127.0.0.1:7373"
 DEFAULT_ATTEMPTS = 3
 #: Backoff before the second attempt, doubled before each next one.
 DEFAULT_BACKOFF = 0.2
-#: Leader redirects followed per call.
-MAX_REDIRECTS = 3
+#: Leader redirects followed in a row before trying the other servers.
+MAX_REDIRECTS = MAX_HOPS
 
 
 def _seg(value: str) -> str:
@@ -74,21 +82,45 @@ def _retryable(error: ApiError) -> bool:
 class _Base:
     def __init__(
         self,
-        server: str = DEFAULT_SERVER,
+        server: str | Sequence[str] = DEFAULT_SERVER,
         *,
         token: str | None = None,
         timeout: float = 30.0,
         attempts: int = DEFAULT_ATTEMPTS,
         backoff: float = DEFAULT_BACKOFF,
+        failover_window: float = DEFAULT_FAILOVER_WINDOW,
     ) -> None:
-        self.server = server.rstrip("/")
-        #: The server configured; a followed leader that cannot be reached
-        #: any more sends the client back here.
-        self.home = self.server
+        self._servers = Servers(server, failover_window)
+        #: The first server configured.
+        self.home = self._servers.urls[0]
         self.token = token
         self.timeout = timeout
         self.attempts = max(1, attempts)
         self.backoff = backoff
+
+    @property
+    def server(self) -> str:
+        """The server the next call goes to first: the one that answered last."""
+        return self._servers.current_url()
+
+    @server.setter
+    def server(self, url: str) -> None:
+        self._servers.move_to(url)
+
+    @property
+    def servers(self) -> list[str]:
+        """The server URLs known: those configured, then leaders learned from
+        ``NOT_LEADER`` answers."""
+        return self._servers.urls
+
+    @property
+    def failover_window(self) -> float:
+        """How long one attempt keeps looking for a server that answers (seconds)."""
+        return self._servers.window
+
+    @failover_window.setter
+    def failover_window(self, seconds: float) -> None:
+        self._servers.window = max(0.0, float(seconds))
 
     def _headers(self, call: _Call) -> dict[str, str]:
         headers = {"accept": "application/json"}
@@ -99,18 +131,6 @@ class _Base:
         if call.traceparent is not None:
             headers["traceparent"] = call.traceparent
         return headers
-
-    def _follow(self, error: ApiError) -> bool:
-        """Switches to the leader a ``NOT_LEADER`` answer names."""
-        if isinstance(error, NotLeader) and error.leader:
-            self.server = error.leader.rstrip("/")
-            return True
-        return False
-
-    def _unreachable(self) -> None:
-        """A connection failed: if it was to a leader a ``NOT_LEADER`` answer
-        named, go back to the configured server, which knows the next one."""
-        self.server = self.home
 
     def _delay(self, attempt: int) -> float:
         return float(self.backoff * (2 ** (attempt - 1)))
@@ -171,15 +191,23 @@ class Client(_Base):
 
     def __init__(
         self,
-        server: str = DEFAULT_SERVER,
+        server: str | Sequence[str] = DEFAULT_SERVER,
         *,
         token: str | None = None,
         timeout: float = 30.0,
         attempts: int = DEFAULT_ATTEMPTS,
         backoff: float = DEFAULT_BACKOFF,
         transport: httpx.BaseTransport | None = None,
+        failover_window: float = DEFAULT_FAILOVER_WINDOW,
     ) -> None:
-        super().__init__(server, token=token, timeout=timeout, attempts=attempts, backoff=backoff)
+        super().__init__(
+            server,
+            token=token,
+            timeout=timeout,
+            attempts=attempts,
+            backoff=backoff,
+            failover_window=failover_window,
+        )
         self._http = httpx.Client(timeout=timeout, transport=transport)
 
     def close(self) -> None:
@@ -191,21 +219,39 @@ class Client(_Base):
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _send(self, call: _Call, *, creating: bool = False) -> _Answer:
-        call = _key(call, creating)
-        attempt, redirects = 1, 0
+    def _request(self, call: _Call) -> httpx.Response:
+        """One attempt: sent to the servers in turn until one answers or the
+        failover window has passed (:mod:`orbit._failover`)."""
+        exchange = self._servers.exchange()
+        headers = self._headers(call)
         while True:
             try:
                 response = self._http.request(
                     call.method,
-                    self.server + call.path,
+                    exchange.url + call.path,
                     json=call.body,
                     params=call.params,
-                    headers=self._headers(call),
+                    headers=headers,
                     timeout=call.timeout or self.timeout,
                 )
             except httpx.TransportError as e:
-                self._unreachable()
+                pause = exchange.failed(e)
+                if pause is None:
+                    raise
+            else:
+                pause = exchange.answer(response)
+                if pause is None:
+                    return response
+            if pause > 0:
+                time.sleep(pause)
+
+    def _send(self, call: _Call, *, creating: bool = False) -> _Answer:
+        call = _key(call, creating)
+        attempt = 1
+        while True:
+            try:
+                response = self._request(call)
+            except httpx.TransportError as e:
                 if attempt >= self.attempts:
                     raise TransportError(f"{call.method} {call.path}: {e}") from e
                 time.sleep(self._delay(attempt))
@@ -215,9 +261,6 @@ class Client(_Base):
             if answer.status < 400:
                 return answer
             error = error_from_answer(answer.status, answer.body)
-            if redirects < MAX_REDIRECTS and self._follow(error):
-                redirects += 1
-                continue
             if not _retryable(error) or attempt >= self.attempts:
                 raise error
             time.sleep(self._delay(attempt))
@@ -325,15 +368,23 @@ class AsyncClient(_Base):
 
     def __init__(
         self,
-        server: str = DEFAULT_SERVER,
+        server: str | Sequence[str] = DEFAULT_SERVER,
         *,
         token: str | None = None,
         timeout: float = 30.0,
         attempts: int = DEFAULT_ATTEMPTS,
         backoff: float = DEFAULT_BACKOFF,
         transport: httpx.AsyncBaseTransport | None = None,
+        failover_window: float = DEFAULT_FAILOVER_WINDOW,
     ) -> None:
-        super().__init__(server, token=token, timeout=timeout, attempts=attempts, backoff=backoff)
+        super().__init__(
+            server,
+            token=token,
+            timeout=timeout,
+            attempts=attempts,
+            backoff=backoff,
+            failover_window=failover_window,
+        )
         self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
 
     async def aclose(self) -> None:
@@ -345,21 +396,39 @@ class AsyncClient(_Base):
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
-    async def _send(self, call: _Call, *, creating: bool = False) -> _Answer:
-        call = _key(call, creating)
-        attempt, redirects = 1, 0
+    async def _request(self, call: _Call) -> httpx.Response:
+        """One attempt: sent to the servers in turn until one answers or the
+        failover window has passed (:mod:`orbit._failover`)."""
+        exchange = self._servers.exchange()
+        headers = self._headers(call)
         while True:
             try:
                 response = await self._http.request(
                     call.method,
-                    self.server + call.path,
+                    exchange.url + call.path,
                     json=call.body,
                     params=call.params,
-                    headers=self._headers(call),
+                    headers=headers,
                     timeout=call.timeout or self.timeout,
                 )
             except httpx.TransportError as e:
-                self._unreachable()
+                pause = exchange.failed(e)
+                if pause is None:
+                    raise
+            else:
+                pause = exchange.answer(response)
+                if pause is None:
+                    return response
+            if pause > 0:
+                await asyncio.sleep(pause)
+
+    async def _send(self, call: _Call, *, creating: bool = False) -> _Answer:
+        call = _key(call, creating)
+        attempt = 1
+        while True:
+            try:
+                response = await self._request(call)
+            except httpx.TransportError as e:
                 if attempt >= self.attempts:
                     raise TransportError(f"{call.method} {call.path}: {e}") from e
                 await asyncio.sleep(self._delay(attempt))
@@ -369,9 +438,6 @@ class AsyncClient(_Base):
             if answer.status < 400:
                 return answer
             error = error_from_answer(answer.status, answer.body)
-            if redirects < MAX_REDIRECTS and self._follow(error):
-                redirects += 1
-                continue
             if not _retryable(error) or attempt >= self.attempts:
                 raise error
             await asyncio.sleep(self._delay(attempt))

@@ -20,6 +20,14 @@ Rules it follows (``api.md``, seed ``003``):
   ``POST /v1/tasks/{token}/result``.
 * ``404 UNKNOWN_SESSION`` makes the worker register again; ``503 NOT_LEADER``
   makes it move to the leader the answer names.
+* Several servers (a ``--cluster``): ``server`` may be one URL, several
+  comma-separated, or a list. Every request (register, poll, heartbeat,
+  result, unregister) follows ``NOT_LEADER`` to the leader, and goes on to the
+  next URL when a server refuses the connection, cannot be reached, names no
+  leader or (with more than one URL) does not answer in time, for up to
+  ``failover_window`` seconds (:mod:`orbit._failover`). A server the worker
+  moved to that does not know its session answers ``404 UNKNOWN_SESSION``,
+  and the worker registers there.
 * Shutdown (:meth:`Worker.stop`, or the ``stop`` event given to
   :meth:`Worker.run`): stop polling, let held tasks finish and report (up
   to ``shutdown_grace`` seconds), then unregister. Tasks still running then
@@ -32,12 +40,13 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
+from ._failover import DEFAULT_FAILOVER_WINDOW, Servers
 from .errors import (
     ApiError,
     NotLeader,
@@ -160,7 +169,7 @@ class Worker:
 
     def __init__(
         self,
-        server: str = "http://127.0.0.1:7373",
+        server: str | Sequence[str] = "http://127.0.0.1:7373",
         *,
         worker_id: str,
         token: str | None = None,
@@ -170,11 +179,11 @@ class Worker:
         shutdown_grace: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
         results_on_poll: bool = True,
+        failover_window: float = DEFAULT_FAILOVER_WINDOW,
     ) -> None:
-        self.server = server.rstrip("/")
-        #: The server configured; a followed leader that cannot be reached
-        #: any more sends the worker back here.
-        self.home = self.server
+        self._servers = Servers(server, failover_window)
+        #: The first server configured.
+        self.home = self._servers.urls[0]
         self.worker_id = worker_id
         self.token = token
         self.max_tasks = max(1, max_tasks)
@@ -207,6 +216,32 @@ class Worker:
         self._fatal: BaseException | None = None
         self._long_poll: asyncio.Task[None] | None = None
         self._exchanges: set[asyncio.Task[None]] = set()
+
+    # --- servers ----------------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        """The server the next request goes to first: the one that answered last."""
+        return self._servers.current_url()
+
+    @server.setter
+    def server(self, url: str) -> None:
+        self._servers.move_to(url)
+
+    @property
+    def servers(self) -> list[str]:
+        """The server URLs known: those configured, then leaders learned from
+        ``NOT_LEADER`` answers."""
+        return self._servers.urls
+
+    @property
+    def failover_window(self) -> float:
+        """How long one request keeps looking for a server that answers (seconds)."""
+        return self._servers.window
+
+    @failover_window.setter
+    def failover_window(self, seconds: float) -> None:
+        self._servers.window = max(0.0, float(seconds))
 
     # --- handlers ---------------------------------------------------------------------
 
@@ -291,30 +326,45 @@ class Worker:
             h["authorization"] = f"Bearer {self.token}"
         return h
 
-    async def _call(self, method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 30.0,
+        window: float | None = None,
+    ) -> Any:
         """One request; raises ApiError for an error answer, TransportError when none
-        came. Follows NOT_LEADER by switching servers."""
+        came. Follows NOT_LEADER and passes over servers that cannot be reached, for
+        up to ``window`` seconds (the failover window by default)."""
         assert self._http is not None
-        self.requests += 1
-        try:
-            r = await self._http.request(
-                method, self.server + path, json=body, headers=self._headers(), timeout=timeout
-            )
-        except httpx.TransportError as e:
-            # A leader followed earlier may be gone: the configured server
-            # knows the next one.
-            self.server = self.home
-            raise TransportError(f"{method} {path}: {e}") from e
+        exchange = self._servers.exchange(window)
+        headers = self._headers()
+        while True:
+            self.requests += 1
+            sent = exchange.url
+            try:
+                r = await self._http.request(
+                    method, exchange.url + path, json=body, headers=headers, timeout=timeout
+                )
+            except httpx.TransportError as e:
+                pause = exchange.failed(e)
+                if pause is None:
+                    raise TransportError(f"{method} {path}: {e}") from e
+                log.info("server %s did not answer (%s); trying %s", sent, e, exchange.url)
+            else:
+                pause = exchange.answer(r)
+                if pause is None:
+                    break
+                log.info("server %s is not the leader; trying %s", sent, exchange.url)
+            if pause > 0:
+                await asyncio.sleep(pause)
         try:
             data: Any = r.json() if r.content else None
         except ValueError:
             data = r.text
         if r.status_code >= 400:
-            error = error_from_answer(r.status_code, data)
-            if isinstance(error, NotLeader) and error.leader:
-                log.info("server is not the leader; moving to %s", error.leader)
-                self.server = error.leader.rstrip("/")
-            raise error
+            raise error_from_answer(r.status_code, data)
         return data
 
     def _stopping(self) -> bool:
@@ -358,7 +408,13 @@ class Worker:
             return
         session, self._session = self._session, None
         with contextlib.suppress(TransportError, ApiError):
-            await self._call("DELETE", f"/v1/workers/{quote(session, safe='')}", timeout=10.0)
+            # Shutting down: look for a server no longer than the request may take.
+            await self._call(
+                "DELETE",
+                f"/v1/workers/{quote(session, safe='')}",
+                timeout=10.0,
+                window=min(self.failover_window, 10.0),
+            )
             log.info("worker %s unregistered", self.worker_id)
 
     # --- polling ----------------------------------------------------------------------
