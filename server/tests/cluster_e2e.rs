@@ -17,8 +17,9 @@
 #[path = "../../io-tokio/tests/postgres_support/mod.rs"]
 mod postgres_support;
 mod process_support;
+mod wallet_support;
 
-use orbit_sdk::{Client, SourceFile, StartOptions, TaskError, Worker};
+use orbit_sdk::{Client, SourceFile, StartOptions};
 use postgres_support::ScratchDatabase;
 use process_support::{free_addr, Log, ServerProcess};
 use serde_json::{json, Value};
@@ -26,8 +27,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wallet_support::{worker, Wallet};
 
 const EXECUTIONS: u64 = 1_000;
 const NODE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -153,46 +155,6 @@ async fn wait_for_leader(http: &reqwest::Client, nodes: &[Node], not: Option<usi
         assert!(Instant::now() < deadline, "no leader within 30 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// The simulated wallet: one ledger entry per idempotency key; a repeated
-/// key returns the first transaction and charges nothing.
-#[derive(Default)]
-struct Wallet {
-    ledger: Mutex<BTreeMap<String, (String, i64)>>,
-    calls: AtomicU64,
-}
-
-impl Wallet {
-    fn charge(&self, key: &str, order: &str, amount: i64) -> String {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let mut ledger = self.ledger.lock().unwrap();
-        let entry = ledger
-            .entry(key.to_owned())
-            .or_insert_with(|| (format!("tx-{order}"), amount));
-        entry.0.clone()
-    }
-}
-
-fn worker(name: &str, urls: &str, wallet: Arc<Wallet>) -> Worker {
-    Worker::builder(name)
-        .max_tasks(32)
-        .poll_wait(Duration::from_secs(1))
-        .handler("stock.reserve", |task| async move {
-            let order = task.input["order_id"].as_str().unwrap_or_default();
-            Ok::<Value, TaskError>(json!({"reservation": format!("r-{order}")}))
-        })
-        .handler("wallet.charge", move |task| {
-            let wallet = wallet.clone();
-            async move {
-                let order = task.input["order_id"].as_str().unwrap_or_default();
-                let amount = task.input["amount"].as_i64().unwrap_or_default();
-                let tx = wallet.charge(&task.idempotency_key, order, amount);
-                Ok::<Value, TaskError>(json!({"transaction_id": tx}))
-            }
-        })
-        .connect(urls)
-        .unwrap()
 }
 
 fn log_dir() -> tempfile::TempDir {
@@ -330,16 +292,7 @@ async fn three_servers_survive_kills_and_a_paused_leader_with_every_order_charge
     // The workers' requests to the paused leader time out; they go on to
     // the other URLs and charge orders at the new leader, while the old one
     // is still stopped (a worker that stayed would wait for it for good).
-    let charged = wallet.ledger.lock().unwrap().len();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while wallet.ledger.lock().unwrap().len() < charged + 20 {
-        assert!(
-            Instant::now() < deadline,
-            "no order charged while {} was paused ({charged} before)",
-            nodes[paused].name
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wallet.charged_meanwhile(20, &nodes[paused].name).await;
     nodes[paused].process().resume();
     eprintln!(
         "SIGSTOP {} for {:?} -> {} leads, orders charged there meanwhile",
