@@ -642,3 +642,21 @@ fn finding_33_a_start_waits_for_the_create_of_a_copy_given_up() {
 fn finding_34_a_refused_create_read_back_asks_for_no_tick() {
     passes(0x21dd3220, Scenario::EvictionInvisible);
 }
+
+/// Finding 35 (an unexplored range, `--seeds 40000 --from 27000000000
+/// --scenario eviction-invisible`): a group commit ended a child whose
+/// parent had left memory, so the parent was read back, and until it was
+/// the engine decided nothing else (the barrier that keeps the parent's
+/// decision among the others'). But the Idempotency-Key reads of signals
+/// that had waited behind that commit were answered before the parent,
+/// and their signals ran at once: one scheduled its step and handed it to
+/// the first waiting poll, where the run without eviction had handed that
+/// poll another execution's step, queued earlier (0x6495353ff, and
+/// 0x64953c680). Answers of other reads that come while a barrier holds
+/// now wait for it, and are handled after the work it held back.
+#[test]
+fn finding_35_reads_answered_during_a_barrier_wait_for_it() {
+    for seed in [0x6495353ff, 0x64953c680] {
+        passes(seed, Scenario::EvictionInvisible);
+    }
+}

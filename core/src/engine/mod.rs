@@ -129,6 +129,10 @@ pub struct Engine {
     /// nothing else is decided, so the parent is decided among the others
     /// as if it had never left.
     barrier: BTreeSet<load::LoadId>,
+    /// Answers of other loads that came while a barrier held: they are
+    /// handled once it is gone, after the work it held back, as they would
+    /// have come had its executions never left memory.
+    held_answers: VecDeque<Input>,
     /// Until then, hand-outs recovered from the store wait for their
     /// workers to report before they are redelivered.
     recovery_until: Option<Millis>,
@@ -173,6 +177,7 @@ impl Engine {
             soon: BTreeMap::new(),
             tick_read: None,
             barrier: BTreeSet::new(),
+            held_answers: VecDeque::new(),
             recovery_until: None,
             finished: VecDeque::new(),
             loads: Loads::default(),
@@ -209,6 +214,13 @@ impl Engine {
             self.apply(input);
         }
         self.after_input();
+        while self.barrier.is_empty() {
+            let Some(input) = self.held_answers.pop_front() else {
+                break;
+            };
+            self.apply(input);
+            self.after_input();
+        }
         self.trim_finished();
         self.settle_inbox_replies();
         let wake = self.next_wake();
@@ -220,6 +232,12 @@ impl Engine {
     }
 
     fn apply(&mut self, input: Input) {
+        if let Input::Loaded { load, .. } | Input::LoadFailed { load, .. } = &input {
+            if !self.barrier.is_empty() && !self.barrier.contains(load) {
+                self.held_answers.push_back(input);
+                return;
+            }
+        }
         match input {
             Input::Tick => self.tick(),
             Input::Request { id, request } => self.request(id, request),
