@@ -145,6 +145,37 @@ class Servers:
         return Exchange(self, self.window if window is None else window)
 
 
+class ServerChoice:
+    """The server properties of a client or worker that sends through
+    ``self._servers``."""
+
+    _servers: Servers
+
+    @property
+    def server(self) -> str:
+        """The server the next request goes to first: the one that answered last."""
+        return self._servers.current_url()
+
+    @server.setter
+    def server(self, url: str) -> None:
+        self._servers.move_to(url)
+
+    @property
+    def servers(self) -> list[str]:
+        """The server URLs known: those configured, then leaders learned from
+        ``NOT_LEADER`` answers."""
+        return self._servers.urls
+
+    @property
+    def failover_window(self) -> float:
+        """How long one request keeps looking for a server that answers (seconds)."""
+        return self._servers.window
+
+    @failover_window.setter
+    def failover_window(self, seconds: float) -> None:
+        self._servers.window = max(0.0, float(seconds))
+
+
 class Exchange:
     """One request over :class:`Servers`. The caller sends to :attr:`url`, then
     reports what came back with :meth:`answer` or :meth:`failed`: ``None``

@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ._failover import DEFAULT_FAILOVER_WINDOW, MAX_HOPS, Servers
+from ._failover import DEFAULT_FAILOVER_WINDOW, MAX_HOPS, ServerChoice, Servers
 from .errors import ApiError, TransportError, error_from_answer
 from .types import Event, Execution, ExecutionPage, Started
 
@@ -79,7 +79,7 @@ def _retryable(error: ApiError) -> bool:
     return error.retryable or error.status == 429 or error.status >= 500
 
 
-class _Base:
+class _Base(ServerChoice):
     def __init__(
         self,
         server: str | Sequence[str] = DEFAULT_SERVER,
@@ -97,30 +97,6 @@ class _Base:
         self.timeout = timeout
         self.attempts = max(1, attempts)
         self.backoff = backoff
-
-    @property
-    def server(self) -> str:
-        """The server the next call goes to first: the one that answered last."""
-        return self._servers.current_url()
-
-    @server.setter
-    def server(self, url: str) -> None:
-        self._servers.move_to(url)
-
-    @property
-    def servers(self) -> list[str]:
-        """The server URLs known: those configured, then leaders learned from
-        ``NOT_LEADER`` answers."""
-        return self._servers.urls
-
-    @property
-    def failover_window(self) -> float:
-        """How long one attempt keeps looking for a server that answers (seconds)."""
-        return self._servers.window
-
-    @failover_window.setter
-    def failover_window(self, seconds: float) -> None:
-        self._servers.window = max(0.0, float(seconds))
 
     def _headers(self, call: _Call) -> dict[str, str]:
         headers = {"accept": "application/json"}

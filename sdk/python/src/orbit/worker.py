@@ -46,7 +46,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ._failover import DEFAULT_FAILOVER_WINDOW, Servers
+from ._failover import DEFAULT_FAILOVER_WINDOW, ServerChoice, Servers
 from .errors import (
     ApiError,
     NotLeader,
@@ -163,7 +163,7 @@ def _matches(pattern: str, name: str) -> bool:
     return pattern == name
 
 
-class Worker:
+class Worker(ServerChoice):
     """Runs task handlers for one worker id. Register handlers with :meth:`task`,
     then ``await worker.run()``."""
 
@@ -216,32 +216,6 @@ class Worker:
         self._fatal: BaseException | None = None
         self._long_poll: asyncio.Task[None] | None = None
         self._exchanges: set[asyncio.Task[None]] = set()
-
-    # --- servers ----------------------------------------------------------------------
-
-    @property
-    def server(self) -> str:
-        """The server the next request goes to first: the one that answered last."""
-        return self._servers.current_url()
-
-    @server.setter
-    def server(self, url: str) -> None:
-        self._servers.move_to(url)
-
-    @property
-    def servers(self) -> list[str]:
-        """The server URLs known: those configured, then leaders learned from
-        ``NOT_LEADER`` answers."""
-        return self._servers.urls
-
-    @property
-    def failover_window(self) -> float:
-        """How long one request keeps looking for a server that answers (seconds)."""
-        return self._servers.window
-
-    @failover_window.setter
-    def failover_window(self, seconds: float) -> None:
-        self._servers.window = max(0.0, float(seconds))
 
     # --- handlers ---------------------------------------------------------------------
 
