@@ -660,3 +660,19 @@ fn finding_35_reads_answered_during_a_barrier_wait_for_it() {
         passes(seed, Scenario::EvictionInvisible);
     }
 }
+
+/// Finding 36 (the same range as finding 35): a parent failing because one
+/// child failed cancels its other children, in a decision that writes only
+/// to them. While that write was in flight the parent looked idle (its
+/// child was still running) and left memory; the write failed, and the
+/// retry that comes from the parent's decision was not asked for. The
+/// child then ended, the parent came back and recorded it, but its write
+/// failed too, and it was retried a tick after that, 4 ms later than in
+/// the run that had kept the parent and its earlier retry (0x64953e22a).
+/// Finding 8 kept a parent being *cancelled* in memory until every child
+/// it cancels holds the cancellation; the rule now covers every parent
+/// winding down, failing ones included.
+#[test]
+fn finding_36_a_failing_parent_stays_until_its_children_hold_the_cancellation() {
+    passes(0x64953e22a, Scenario::EvictionInvisible);
+}

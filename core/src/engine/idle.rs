@@ -149,13 +149,14 @@ impl Engine {
         let settled = |u: &crate::history::Unit| match &u.state {
             UnitState::Succeeded { .. } | UnitState::Failed { .. } => true,
             // A running child in memory: its end brings the parent back.
-            // A parent being cancelled is not done with a child until the
-            // child holds the cancellation (a failed write of it is retried
-            // from the parent's decision, which must stay in memory).
+            // A parent winding down (cancelled, or failing) is not done
+            // with a child it cancels until the child holds the
+            // cancellation (a failed write of it is retried from the
+            // parent's decision, which must stay in memory).
             UnitState::Child { child_id } => self.executions.get(child_id).is_some_and(|c| {
                 !c.proj.status.is_terminal()
                     && !self.dirty.contains(child_id)
-                    && (p.cancel.is_none() || c.proj.cancel.is_some())
+                    && (!p.winding_down() || u.name.compensation || c.proj.cancel.is_some())
             }),
             // A failed attempt waiting for its retry: none of its
             // deliveries is still wanted (a late success still counts, and
