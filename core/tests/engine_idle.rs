@@ -57,6 +57,19 @@ workflow Parent version "1.0.0" {
     step child { workflow Nap version "1.0.0" with { n: input.n } }
     output { n: child.n }
 }
+
+workflow Once version "1.0.0" {
+    input { n: Int }
+    step work { worker "demo.work" with { n: input.n } }
+    output { n: work.n }
+}
+
+workflow Pair version "1.0.0" {
+    input { n: Int }
+    step quick { workflow Once version "1.0.0" with { n: input.n } }
+    step slow { workflow Nap version "1.0.0" with { n: input.n } }
+    output { n: slow.n }
+}
 "#;
 
 fn world(idle_evict_ms: Option<Millis>) -> World {
@@ -251,6 +264,42 @@ fn a_cancelled_parent_stays_until_its_child_holds_the_cancellation() {
     });
     assert_eq!(w.status("p-1.child"), "cancelled");
     assert_eq!(w.status("p-1"), "cancelled");
+}
+
+/// Simulation finding 36 (seed 0x64953e22a of `eviction-invisible`): the
+/// same as finding 8 for a parent that fails because one child failed. It
+/// cancels its other child in a decision of its own, and must stay in
+/// memory until that child holds the cancellation.
+#[test]
+fn a_failing_parent_stays_until_the_child_it_cancels_holds_the_cancellation() {
+    let w = same_either_way(&["p-2", "p-2.quick", "p-2.slow"], |w| {
+        w.start("Pair", "p-2", json!({"n": 1}));
+        let s = w.register("w-1", &["demo.*"]);
+        let t = w.take(&s);
+        // The slow child's timer fires; its commit is slow, and the quick
+        // child fails meanwhile, which fails the parent.
+        w.mode = Mode::Hold;
+        w.at(3_600_000);
+        w.mode = Mode::Ok;
+        let failed = w.fail(&t.token, "DECLINED", false);
+        // The parent tries to tell its busy child at every tick.
+        w.mode = Mode::Hold;
+        w.advance(100);
+        w.release(Mode::Ok);
+        // Its next decision tells the child; that write is in flight when
+        // everything idle is evicted, then fails.
+        w.advance(100);
+        assert_eq!(w.held.len(), 1, "the child's cancellation is in flight");
+        if w.config.idle_evict_ms.is_some() {
+            w.engine.evict_idle_now();
+        }
+        w.release(Mode::Unavailable);
+        w.mode = Mode::Ok;
+        w.advance(1_000);
+        vec![failed]
+    });
+    assert_eq!(w.status("p-2.slow"), "cancelled");
+    assert_eq!(w.status("p-2"), "failed");
 }
 
 /// Simulation finding 6 (seed 0x7ce of `eviction-invisible`): the clock
