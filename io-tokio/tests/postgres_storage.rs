@@ -235,3 +235,38 @@ async fn a_read_only_database_is_not_writable() {
     );
     store.close().await;
 }
+
+/// Two commit connections write at once: commits of different executions
+/// run side by side and all land, and the totals per status, which each
+/// connection adds to a row of its own, still add up.
+#[tokio::test]
+async fn commits_on_both_connections_land_and_the_totals_add_up() {
+    let Some(db) = ScratchDatabase::create("writers").await else {
+        return;
+    };
+    let store = Arc::new(open(&db).await);
+    for round in 0..2u64 {
+        let commits: Vec<_> = (0..40)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut created = append(&format!("w-{i}"), round, round + 1);
+                    if round == 1 && i % 2 == 0 {
+                        created.projection.status = "completed".into();
+                    }
+                    store.commit(&tx(vec![created])).await
+                })
+            })
+            .collect();
+        for commit in commits {
+            commit.await.unwrap().unwrap();
+        }
+    }
+    let mut counts = store.count_by_status().await.unwrap();
+    counts.sort();
+    assert_eq!(
+        counts,
+        vec![("completed".to_owned(), 20), ("running".to_owned(), 20)]
+    );
+    store.close().await;
+}

@@ -42,15 +42,19 @@ pub struct PostgresOptions {
     pub acquire_timeout: Duration,
     /// Reader connections (the writer has its own).
     pub readers: u32,
+    /// Commit connections: one per group commit the node keeps in flight
+    /// (`--commits-in-flight`), so that they are written at the same time.
+    pub writers: u32,
 }
 
 impl PostgresOptions {
-    /// Defaults for `url`: 5 s acquire timeout, 4 readers.
+    /// Defaults for `url`: 5 s acquire timeout, 4 readers, 2 writers.
     pub fn new(url: impl Into<String>) -> Self {
         PostgresOptions {
             url: url.into(),
             acquire_timeout: Duration::from_secs(5),
             readers: 4,
+            writers: 2,
         }
     }
 }
@@ -101,8 +105,13 @@ impl PostgresStore {
         // step); with sequential scans priced out, every lookup is an index
         // scan whatever the statistics say. No statement is refused: a
         // table without a usable index is still scanned.
-        let writer = pool_options(1, options.acquire_timeout)
-            .test_before_acquire(false)
+        // A commit connection is taken from the pool only when its slot
+        // has none (at start, or after one broke), so the pool may test it
+        // first: an idle one that died with the database (the migrations'
+        // connection, say) is replaced rather than failing a commit.
+        let writers = options.writers.max(1);
+        let writer = pool_options(writers, options.acquire_timeout)
+            .test_before_acquire(true)
             .connect_with(connect.clone().options([("enable_seqscan", "off")]))
             .await
             .map_err(unavailable)?;
@@ -115,7 +124,7 @@ impl PostgresStore {
         let cluster = pool_options(options.readers.max(1), options.acquire_timeout)
             .connect_lazy_with(connect.application_name("orbit-shared"));
         Ok(PostgresStore {
-            writer: Arc::new(writer::Writer::new(writer)),
+            writer: Arc::new(writer::Writer::new(writer, writers as usize)),
             readers,
             cluster,
             fence: None,
@@ -301,7 +310,11 @@ impl PostgresStore {
     /// round trip where a lock, a projection write and an event write took
     /// three); the rule is judged on what it read, and a `Conflict` rolls
     /// the write back with the rest.
-    async fn apply(conn: &mut sqlx::PgConnection, tx: &Transaction) -> Result<(), StorageError> {
+    async fn apply(
+        conn: &mut sqlx::PgConnection,
+        tx: &Transaction,
+        shard: &str,
+    ) -> Result<(), StorageError> {
         if let Some(w) = &tx.writer {
             // The member's contact row, locked against a takeover judging
             // it at the same time (see `Transaction::writer`).
@@ -319,7 +332,7 @@ impl PostgresStore {
             }
         }
         if !tx.appends.is_empty() {
-            let (current, inserted) = Self::write_appends(conn, tx).await?;
+            let (current, inserted) = Self::write_appends(conn, tx, shard).await?;
             Self::check(conn, tx, &current).await?;
             let count: usize = tx.appends.iter().map(|a| a.events.len()).sum();
             if inserted != count {
@@ -374,6 +387,7 @@ impl PostgresStore {
     async fn write_appends(
         conn: &mut sqlx::PgConnection,
         tx: &Transaction,
+        shard: &str,
     ) -> Result<(Rows, usize), StorageError> {
         let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
         for append in &tx.appends {
@@ -491,7 +505,7 @@ impl PostgresStore {
         .bind(&ats)
         .bind(&types)
         .bind(&bodies)
-        .bind(counts_shard(tx))
+        .bind(shard)
         .fetch_all(&mut *conn)
         .await
         .map_err(unavailable)?;
@@ -747,12 +761,18 @@ impl PostgresStore {
     }
 }
 
-/// The shard of `execution_counts` a commit adds to: a shared-mode
-/// member's own (its node id), so that members never wait on each other's
-/// totals; `''` for a single server and the leader of `--cluster` (one
-/// writer at a time) and for retention.
-fn counts_shard(tx: &Transaction) -> &str {
-    tx.writer.as_ref().map_or("", |w| w.node_id.as_str())
+/// The shard of `execution_counts` a commit on commit connection `slot`
+/// adds to, so that two commits in flight never wait on each other's
+/// totals: a shared-mode member's own (its node id), `''` for a single
+/// server, the leader of `--cluster` and retention; a second connection
+/// adds `#1` (no node id holds a `#`).
+fn counts_shard(tx: &Transaction, slot: usize) -> String {
+    let base = tx.writer.as_ref().map_or("", |w| w.node_id.as_str());
+    if slot == 0 {
+        base.to_owned()
+    } else {
+        format!("{base}#{slot}")
+    }
 }
 
 /// Adds `changes` (status, change) to the running totals in shard `''`.
@@ -827,6 +847,7 @@ impl Storage for PostgresStore {
             return Err(LeaderFence::refusal());
         }
         let mut held = self.writer.lock().await?;
+        let shard = counts_shard(tx, held.slot());
         let conn = held.conn()?;
         let doubt = match in_doubt::begin(conn).await {
             Ok(doubt) => doubt,
@@ -839,10 +860,10 @@ impl Storage for PostgresStore {
         };
         let applied = match &self.fence {
             Some(fence) => match fence.check(conn).await {
-                Ok(()) => Self::apply(conn, tx).await,
+                Ok(()) => Self::apply(conn, tx, &shard).await,
                 Err(e) => Err(e),
             },
-            None => Self::apply(conn, tx).await,
+            None => Self::apply(conn, tx, &shard).await,
         };
         match applied {
             Ok(()) => match sqlx::query("COMMIT").execute(&mut *conn).await {

@@ -252,7 +252,7 @@ pub async fn run(config: &Config) -> Result<HistoryReport, BenchError> {
     }
     let started = Instant::now();
     {
-        let (direct, _) = open_store(&store.url).await?;
+        let (direct, _) = open_store(&store.url, 1).await?;
         fill(direct.as_ref(), config.executions, &hash, config.progress).await?;
     }
     let fill_s = started.elapsed().as_secs_f64();

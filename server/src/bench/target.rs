@@ -30,13 +30,21 @@ struct Local {
     _claim: Option<claim::Claim>,
 }
 
-/// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`).
-pub async fn open_store(url: &str) -> Result<(Arc<dyn Storage>, &'static str), BenchError> {
+/// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`),
+/// for a node writing up to `commits_in_flight` group commits at once.
+pub async fn open_store(
+    url: &str,
+    commits_in_flight: usize,
+) -> Result<(Arc<dyn Storage>, &'static str), BenchError> {
     if url.starts_with("sqlite:") {
         let store = SqliteStore::open(&SqliteOptions::new(url)).await?;
         Ok((Arc::new(store), "sqlite"))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        let store = PostgresStore::open(&PostgresOptions::new(url)).await?;
+        let options = PostgresOptions {
+            writers: u32::try_from(commits_in_flight).unwrap_or(u32::MAX),
+            ..PostgresOptions::new(url)
+        };
+        let store = PostgresStore::open(&options).await?;
         Ok((Arc::new(store), "postgres"))
     } else {
         Err(BenchError::Usage(format!(
@@ -75,7 +83,7 @@ impl Target {
         } else {
             None
         };
-        let (store, backend) = open_store(&url).await?;
+        let (store, backend) = open_store(&url, options.commits_in_flight).await?;
         let driver = Driver::start(store, options).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;

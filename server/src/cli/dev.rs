@@ -177,7 +177,12 @@ impl Embedded {
         } else {
             None
         };
-        let store = open_store(&args.db).await.map_err(|e| e.to_string())?;
+        let store = open_store(
+            &args.db,
+            driver::Options::default().commits_in_flight as u64,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let options = driver::Options {
             engine: Config {
                 session_timeout_ms: u64::try_from(args.session_timeout.as_millis())

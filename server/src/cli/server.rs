@@ -249,13 +249,26 @@ pub fn listen_addr(listen: &str, insecure: bool) -> Result<SocketAddr, ServerErr
     Ok(addr)
 }
 
-/// Opens the store named by `url`.
-pub async fn open_store(url: &str) -> Result<Arc<dyn Storage>, ServerError> {
+/// PostgreSQL settings for `url`: a commit connection per group commit in
+/// flight.
+fn postgres_options(url: &str, commits_in_flight: u64) -> PostgresOptions {
+    PostgresOptions {
+        writers: u32::try_from(commits_in_flight).unwrap_or(u32::MAX),
+        ..PostgresOptions::new(url)
+    }
+}
+
+/// Opens the store named by `url`, for a node that writes up to
+/// `commits_in_flight` group commits at once.
+pub async fn open_store(
+    url: &str,
+    commits_in_flight: u64,
+) -> Result<Arc<dyn Storage>, ServerError> {
     if url.starts_with("sqlite:") {
         let store = SqliteStore::open(&SqliteOptions::new(url)).await?;
         Ok(Arc::new(store))
     } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-        let store = PostgresStore::open(&PostgresOptions::new(url)).await?;
+        let store = PostgresStore::open(&postgres_options(url, commits_in_flight)).await?;
         Ok(Arc::new(store))
     } else {
         Err(ServerError::Usage(format!(
@@ -383,7 +396,7 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     } else {
         None
     };
-    let store = open_store(&args.db).await?;
+    let store = open_store(&args.db, args.commits_in_flight).await?;
     let driver = Driver::start(store, driver_options(&args)).await?;
     let state = AppState {
         driver: driver.clone(),
@@ -466,7 +479,7 @@ async fn serve_cluster(
     use orbit_io_tokio::storage::lease::{self, Store};
     use orbit_server::cluster::{self, supervisor, Node, NodeConfig};
     claim_as_member(&args.db).await?;
-    let pg = PostgresStore::open(&PostgresOptions::new(&args.db)).await?;
+    let pg = PostgresStore::open(&postgres_options(&args.db, args.commits_in_flight)).await?;
     // Fail on a bad URL now, not at the first renewal.
     let lease = lease::Postgres::connect(&args.db, args.node_timeout / 4)?;
     lease.read().await?;
@@ -548,7 +561,8 @@ async fn serve_shared(
 ) -> Result<(), ServerError> {
     use orbit_server::cluster;
     claim_as_member(&args.db).await?;
-    let pg = Arc::new(PostgresStore::open(&PostgresOptions::new(&args.db)).await?);
+    let pg =
+        Arc::new(PostgresStore::open(&postgres_options(&args.db, args.commits_in_flight)).await?);
     let listener = bind(addr).await?;
     let bound = listener.local_addr()?;
     let member = orbit_core::node::Member {

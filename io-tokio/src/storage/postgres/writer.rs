@@ -1,55 +1,83 @@
-//! The commit connection, kept from one commit to the next.
+//! The commit connections, kept from one commit to the next.
 //!
-//! Commits go through one connection of their own. Taken from a pool and
-//! given back each time, it would be pinged on every return (sqlx tests a
-//! connection it gets back), a round trip to PostgreSQL between every two
-//! commits while the next one waits. So the connection is taken once and
-//! kept behind a fair lock; a holder that finds it broken detaches it, and
-//! the next holder takes a fresh one from the pool.
+//! Commits go through connections of their own, one per commit the node
+//! loop keeps in flight (`PostgresOptions::writers`), so that while one commit waits
+//! for PostgreSQL to sync its log the next one is already being written.
+//! Taken from a pool and given back each time, a connection would be
+//! pinged on every return (sqlx tests a connection it gets back), a round
+//! trip to PostgreSQL between every two commits while the next one waits.
+//! So each is taken once and kept in a slot; commits wait for a free slot
+//! first come, first served. A holder that finds its connection broken
+//! detaches it, and the next holder of that slot takes a fresh one from
+//! the pool.
 
 use super::super::rows::unavailable;
 use super::super::StorageError;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::Postgres;
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, MutexGuard, Semaphore, SemaphorePermit};
 
-/// The pool the connection comes from, and the connection once taken.
+/// The pool the connections come from, and the connections once taken.
 #[derive(Debug)]
 pub(super) struct Writer {
     pool: PgPool,
-    kept: Mutex<Option<PoolConnection<Postgres>>>,
+    slots: Vec<Mutex<Option<PoolConnection<Postgres>>>>,
+    /// One permit per slot, handed out in order of asking.
+    free: Semaphore,
 }
 
 impl Writer {
-    /// Connections come from `pool` (of one connection).
-    pub(super) fn new(pool: PgPool) -> Self {
+    /// `slots` connections (at least one), from `pool` (of as many).
+    pub(super) fn new(pool: PgPool, slots: usize) -> Self {
+        let slots = slots.max(1);
         Writer {
             pool,
-            kept: Mutex::new(None),
+            slots: (0..slots).map(|_| Mutex::new(None)).collect(),
+            free: Semaphore::new(slots),
         }
     }
 
-    /// Waits for the connection (first come, first served), taking one
-    /// from the pool if none is kept.
+    /// Waits for a connection (first come, first served), taking one from
+    /// the pool if its slot keeps none.
     pub(super) async fn lock(&self) -> Result<Held<'_>, StorageError> {
-        let mut kept = self.kept.lock().await;
+        let permit = self
+            .free
+            .acquire()
+            .await
+            .map_err(|_| StorageError::Unavailable("the store is closed".into()))?;
+        // A permit leaves at least one slot unlocked.
+        let (slot, mut kept) = self
+            .slots
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| s.try_lock().ok().map(|kept| (i, kept)))
+            .ok_or_else(|| StorageError::Unavailable("no commit connection is free".into()))?;
         if kept.is_none() {
             *kept = Some(self.pool.acquire().await.map_err(unavailable)?);
         }
-        Ok(Held { kept })
+        Ok(Held {
+            kept,
+            slot,
+            _permit: permit,
+        })
     }
 
-    /// Gives the connection back and closes the pool.
+    /// Gives the connections back and closes the pool.
     pub(super) async fn close(&self) {
-        self.kept.lock().await.take();
+        self.free.close();
+        for slot in &self.slots {
+            slot.lock().await.take();
+        }
         self.pool.close().await;
     }
 }
 
-/// The connection, held.
+/// A connection, held.
 pub(super) struct Held<'a> {
     kept: MutexGuard<'a, Option<PoolConnection<Postgres>>>,
+    slot: usize,
+    _permit: SemaphorePermit<'a>,
 }
 
 impl Held<'_> {
@@ -59,6 +87,11 @@ impl Held<'_> {
             .as_mut()
             .map(|c| &mut **c)
             .ok_or_else(|| StorageError::Unavailable("the commit connection was dropped".into()))
+    }
+
+    /// Which of the connections this is (0 for the first).
+    pub(super) fn slot(&self) -> usize {
+        self.slot
     }
 
     /// Drops the connection, in a state not to be reused: PostgreSQL
