@@ -423,6 +423,10 @@ impl World {
                     self.queue.pop_first()
                 }
             };
+            // Events of this instant that handling this event asks for
+            // come next, before those already waiting (lockstep: the read
+            // that the answer of another read leads to, see `lockstep`).
+            let waiting = self.instant.len();
             let Some(((t, _), ev)) = next else {
                 break;
             };
@@ -463,6 +467,12 @@ impl World {
             }
             self.force_eviction();
             self.step(ev);
+            if self.instant.len() > waiting {
+                let asked = self.instant.split_off(waiting);
+                for ev in asked.into_iter().rev() {
+                    self.instant.push_front(ev);
+                }
+            }
             if !self.faults_on && self.now >= last_quiet_check + 1000 {
                 last_quiet_check = self.now;
                 if self.quiescent() {

@@ -676,3 +676,19 @@ fn finding_35_reads_answered_during_a_barrier_wait_for_it() {
 fn finding_36_a_failing_parent_stays_until_its_children_hold_the_cancellation() {
     passes(0x64953e22a, Scenario::EvictionInvisible);
 }
+
+/// Finding 37 (an unexplored range, `--seeds 40000 --from 29000000000
+/// --scenario eviction-invisible`): a world difference, not the engine's.
+/// Three signals with one Idempotency-Key waited behind an execution's
+/// batch, which cancelled it; their key reads were answered at once, in
+/// lockstep, in the order asked, and so were another client's. With
+/// eviction the cancelled execution had already been forgotten, so each
+/// signal asked for a second read, which the world queued behind the other
+/// client's reads: that client's reply was sent first and drew the
+/// network latency the first signal's reply drew in the other run
+/// (0x6c08960e5). A read that the answer of another read asks for is now
+/// answered next, as the data would have come had it been in memory.
+#[test]
+fn finding_37_a_read_asked_by_a_reads_answer_is_answered_next() {
+    passes(0x6c08960e5, Scenario::EvictionInvisible);
+}

@@ -10,7 +10,10 @@
 //!   execution, an Idempotency-Key's record) is answered at the same
 //!   virtual instant, before any other event, with no draw and no fault:
 //!   the extra reads of the run with eviction cost neither time nor
-//!   randomness, and the batches they lead to join the same group commits;
+//!   randomness, and the batches they lead to join the same group commits.
+//!   A read that handling another read's answer asks for is answered
+//!   next, before the reads already waiting: a request that needs two
+//!   reads where the other run needed one finishes where it would have;
 //! - a group commit made only of creates of ids the store already holds
 //!   (a start for an id the engine forgot is written without reading
 //!   first, and the store's refusal is how the engine learns the id
