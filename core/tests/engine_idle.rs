@@ -224,6 +224,24 @@ fn a_parent_waiting_for_its_child_leaves_and_returns_when_the_child_ends() {
     );
 }
 
+/// A parent winding down while its child's commit is held: it tries to
+/// tell the busy child at every tick; once the child's commit lands, its
+/// next decision tells the child, and that write is in flight when
+/// everything idle is evicted (with eviction on), then fails.
+fn cancellation_fails_while_idle_ones_leave(w: &mut World) {
+    w.mode = Mode::Hold;
+    w.advance(100);
+    w.release(Mode::Ok);
+    w.advance(100);
+    assert_eq!(w.held.len(), 1, "the child's cancellation is in flight");
+    if w.config.idle_evict_ms.is_some() {
+        w.engine.evict_idle_now();
+    }
+    w.release(Mode::Unavailable);
+    w.mode = Mode::Ok;
+    w.advance(1_000);
+}
+
 /// Simulation finding 8 (seed 0x2c7 of `eviction-invisible`): a parent
 /// is cancelled while its child's commit is in flight, so it tells the
 /// child later, in a decision of its own that writes nothing to the parent
@@ -246,20 +264,7 @@ fn a_cancelled_parent_stays_until_its_child_holds_the_cancellation() {
             reason: None,
             idempotency: None,
         });
-        // The parent tries to tell its busy child at every tick.
-        w.mode = Mode::Hold;
-        w.advance(100);
-        w.release(Mode::Ok);
-        // Its next decision tells the child; that write is in flight when
-        // everything idle is evicted, then fails.
-        w.advance(100);
-        assert_eq!(w.held.len(), 1, "the child's cancellation is in flight");
-        if w.config.idle_evict_ms.is_some() {
-            w.engine.evict_idle_now();
-        }
-        w.release(Mode::Unavailable);
-        w.mode = Mode::Ok;
-        w.advance(1_000);
+        cancellation_fails_while_idle_ones_leave(w);
         vec![w.replies.remove(&cancel).unwrap().body.into_json()]
     });
     assert_eq!(w.status("p-1.child"), "cancelled");
@@ -282,20 +287,7 @@ fn a_failing_parent_stays_until_the_child_it_cancels_holds_the_cancellation() {
         w.at(3_600_000);
         w.mode = Mode::Ok;
         let failed = w.fail(&t.token, "DECLINED", false);
-        // The parent tries to tell its busy child at every tick.
-        w.mode = Mode::Hold;
-        w.advance(100);
-        w.release(Mode::Ok);
-        // Its next decision tells the child; that write is in flight when
-        // everything idle is evicted, then fails.
-        w.advance(100);
-        assert_eq!(w.held.len(), 1, "the child's cancellation is in flight");
-        if w.config.idle_evict_ms.is_some() {
-            w.engine.evict_idle_now();
-        }
-        w.release(Mode::Unavailable);
-        w.mode = Mode::Ok;
-        w.advance(1_000);
+        cancellation_fails_while_idle_ones_leave(w);
         vec![failed]
     });
     assert_eq!(w.status("p-2.slow"), "cancelled");
