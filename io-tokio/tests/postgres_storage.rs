@@ -190,6 +190,23 @@ async fn unreachable_database_is_unavailable_and_applies_nothing() {
     store.close().await;
 }
 
+/// The database ends every connection while the store is idle (a restart,
+/// an administrator): the next commit finds its kept connection broken
+/// before it has begun anything, and goes through on a fresh one.
+#[tokio::test]
+async fn a_commit_connection_ended_while_idle_is_replaced_and_the_commit_lands() {
+    let Some(db) = ScratchDatabase::create("idle").await else {
+        return;
+    };
+    let store = open(&db).await;
+    store.commit(&tx(vec![append("x", 0, 1)])).await.unwrap();
+    db.block_connections().await;
+    db.allow_connections().await;
+    store.commit(&tx(vec![append("x", 1, 2)])).await.unwrap();
+    assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 2);
+    store.close().await;
+}
+
 #[tokio::test]
 async fn a_bad_url_is_unavailable_not_a_panic() {
     let result = PostgresStore::open(&PostgresOptions {

@@ -223,6 +223,30 @@ impl PostgresStore {
         }
     }
 
+    /// Begins the commit's transaction on `held`. The kept connection is
+    /// not tested between commits (a round trip each), so one that broke
+    /// while it sat idle (the database restarted, an administrator ended
+    /// it) fails here, before anything was begun: it is replaced by a
+    /// fresh one from the pool, once. A fresh one that fails is dropped,
+    /// and the commit is refused.
+    async fn begin(held: &mut writer::Held<'_>) -> Result<InDoubt, StorageError> {
+        match in_doubt::begin(held.conn()?).await {
+            Ok(doubt) => return Ok(doubt),
+            Err(e) if held.reused() => {
+                tracing::info!(error = %e, "the kept commit connection broke while idle; replaced");
+                held.replace().await?;
+            }
+            Err(e) => {
+                held.detach();
+                return Err(unavailable(e));
+            }
+        }
+        in_doubt::begin(held.conn()?).await.map_err(|e| {
+            held.detach();
+            unavailable(e)
+        })
+    }
+
     /// The ids a transaction's conflict rule looks at, sorted (concurrent
     /// writers lock rows in the same order).
     fn checked_ids(tx: &Transaction) -> Vec<String> {
@@ -848,16 +872,8 @@ impl Storage for PostgresStore {
         }
         let mut held = self.writer.lock().await?;
         let shard = counts_shard(tx, held.slot());
+        let doubt = Self::begin(&mut held).await?;
         let conn = held.conn()?;
-        let doubt = match in_doubt::begin(conn).await {
-            Ok(doubt) => doubt,
-            Err(e) => {
-                // The connection is not tested between commits (a round
-                // trip each): a broken one is dropped here.
-                held.detach();
-                return Err(unavailable(e));
-            }
-        };
         let applied = match &self.fence {
             Some(fence) => match fence.check(conn).await {
                 Ok(()) => Self::apply(conn, tx, &shard).await,

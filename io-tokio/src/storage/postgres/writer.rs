@@ -9,7 +9,9 @@
 //! So each is taken once and kept in a slot; commits wait for a free slot
 //! first come, first served. A holder that finds its connection broken
 //! detaches it, and the next holder of that slot takes a fresh one from
-//! the pool.
+//! the pool; or takes one at once ([`Held::replace`]) when the broken one
+//! had sat in its slot since an earlier commit (the database restarted
+//! meanwhile, say) and nothing was begun on it yet.
 
 use super::super::rows::unavailable;
 use super::super::StorageError;
@@ -53,12 +55,15 @@ impl Writer {
             .enumerate()
             .find_map(|(i, s)| s.try_lock().ok().map(|kept| (i, kept)))
             .ok_or_else(|| StorageError::Unavailable("no commit connection is free".into()))?;
-        if kept.is_none() {
+        let reused = kept.is_some();
+        if !reused {
             *kept = Some(self.pool.acquire().await.map_err(unavailable)?);
         }
         Ok(Held {
             kept,
             slot,
+            reused,
+            pool: &self.pool,
             _permit: permit,
         })
     }
@@ -77,6 +82,9 @@ impl Writer {
 pub(super) struct Held<'a> {
     kept: MutexGuard<'a, Option<PoolConnection<Postgres>>>,
     slot: usize,
+    /// The connection was kept from an earlier holder, untested since.
+    reused: bool,
+    pool: &'a PgPool,
     _permit: SemaphorePermit<'a>,
 }
 
@@ -92,6 +100,22 @@ impl Held<'_> {
     /// Which of the connections this is (0 for the first).
     pub(super) fn slot(&self) -> usize {
         self.slot
+    }
+
+    /// Whether the connection was kept from an earlier holder (and may
+    /// have broken while it sat idle) rather than just taken from the
+    /// pool, which tests what it hands out.
+    pub(super) fn reused(&self) -> bool {
+        self.reused
+    }
+
+    /// Detaches the connection and takes a fresh one from the pool in its
+    /// place.
+    pub(super) async fn replace(&mut self) -> Result<(), StorageError> {
+        self.detach();
+        *self.kept = Some(self.pool.acquire().await.map_err(unavailable)?);
+        self.reused = false;
+        Ok(())
     }
 
     /// Drops the connection, in a state not to be reused: PostgreSQL
