@@ -90,3 +90,69 @@ async fn a_transaction_that_was_rolled_back_is_known_as_aborted() {
         .unwrap()
         .is_none());
 }
+
+/// The token step a commit in one statement makes, as the statement makes
+/// it: `true` when it moved the token from `value`.
+async fn step_token(url: &str, key: &str, value: i64) -> bool {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    let moved = sqlx::query(
+        "INSERT INTO commit_tokens (writer, token) VALUES ($1, $2 + 1) \
+         ON CONFLICT (writer) DO UPDATE SET token = excluded.token \
+         WHERE commit_tokens.token = $2 RETURNING 1",
+    )
+    .bind(key)
+    .bind(value)
+    .fetch_optional(&mut conn)
+    .await
+    .unwrap()
+    .is_some();
+    let _ = conn.close().await;
+    moved
+}
+
+#[tokio::test]
+async fn a_lost_statement_is_settled_by_its_token_and_a_late_copy_writes_nothing() {
+    let Some(db) = ScratchDatabase::create("token").await else {
+        return;
+    };
+    let store = PostgresStore::open(&PostgresOptions::new(db.url()))
+        .await
+        .unwrap();
+
+    // The statement landed: its token moved from 3 to 4.
+    for value in 0..4 {
+        assert!(step_token(db.url(), "landed", value).await);
+    }
+    assert_eq!(
+        store.settle_statement("landed", 3).await.unwrap(),
+        Outcome::Committed
+    );
+    // Settling again reads the same outcome.
+    assert_eq!(
+        store.settle_statement("landed", 3).await.unwrap(),
+        Outcome::Committed
+    );
+
+    // The statement never landed: the token still holds 2, and once
+    // settled, a copy of the statement arriving late cannot move it.
+    for value in 0..2 {
+        assert!(step_token(db.url(), "lost", value).await);
+    }
+    assert_eq!(
+        store.settle_statement("lost", 2).await.unwrap(),
+        Outcome::Aborted
+    );
+    assert!(!step_token(db.url(), "lost", 2).await);
+    assert_eq!(
+        store.settle_statement("lost", 2).await.unwrap(),
+        Outcome::Aborted
+    );
+
+    // The first statement of a token, lost before its row existed.
+    assert_eq!(
+        store.settle_statement("first", 0).await.unwrap(),
+        Outcome::Aborted
+    );
+    assert!(!step_token(db.url(), "first", 0).await);
+    store.close().await;
+}

@@ -10,6 +10,7 @@ use orbit_io_tokio::storage::{
     Append, PostgresOptions, PostgresStore, QueueOp, Storage, StorageError, Transaction,
 };
 use postgres_support::ScratchDatabase;
+use sqlx::Connection;
 use std::sync::Arc;
 
 fn tx(appends: Vec<Append>) -> Transaction {
@@ -35,6 +36,28 @@ async fn postgres_passes_the_storage_contract() {
     // Twice: the suite must hold on a store that already has data.
     contract::run(&store).await.unwrap();
     store.close().await;
+}
+
+/// The suite again with every connection warm, so that every group commit
+/// of appends alone is written as one statement, and once with none.
+#[tokio::test]
+async fn postgres_passes_the_storage_contract_with_and_without_one_statement_commits() {
+    let Some(db) = ScratchDatabase::create("contract_warm").await else {
+        return;
+    };
+    for warm in [
+        std::time::Duration::from_secs(3600),
+        std::time::Duration::ZERO,
+    ] {
+        let store = PostgresStore::open(&PostgresOptions {
+            warm,
+            ..PostgresOptions::new(db.url())
+        })
+        .await
+        .unwrap();
+        contract::run(&store).await.unwrap();
+        store.close().await;
+    }
 }
 
 #[tokio::test]
@@ -204,6 +227,81 @@ async fn a_commit_connection_ended_while_idle_is_replaced_and_the_commit_lands()
     db.allow_connections().await;
     store.commit(&tx(vec![append("x", 1, 2)])).await.unwrap();
     assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 2);
+    store.close().await;
+}
+
+/// A group commit of appends alone on a warm connection is one statement
+/// that judges the rule itself: it writes everything or, when an append
+/// is stale, nothing but its token's step, and names the stale executions.
+#[tokio::test]
+async fn appends_alone_are_one_statement_that_writes_all_or_nothing() {
+    let Some(db) = ScratchDatabase::create("one_statement").await else {
+        return;
+    };
+    let store = PostgresStore::open(&PostgresOptions {
+        warm: std::time::Duration::from_secs(3600),
+        ..PostgresOptions::new(db.url())
+    })
+    .await
+    .unwrap();
+    let tokens = || async {
+        let mut conn = sqlx::PgConnection::connect(db.url()).await.unwrap();
+        let tokens: Vec<i64> = sqlx::query_scalar("SELECT token FROM commit_tokens")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        let _ = conn.close().await;
+        tokens
+    };
+    store.commit(&tx(vec![append("x", 0, 1)])).await.unwrap();
+    assert_eq!(tokens().await, vec![1]);
+
+    // x is stale: y is not created either.
+    let stale = store
+        .commit(&tx(vec![append("y", 0, 1), append("x", 0, 1)]))
+        .await;
+    match stale {
+        Err(StorageError::Conflict { stale, fenced }) => {
+            assert_eq!((stale, fenced), (vec!["x".to_owned()], vec![]));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(store.execution("y").await.unwrap().is_none());
+    assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(tokens().await, vec![2]);
+
+    // A new execution whose events are already there (no row to lock): the
+    // primary key refuses the statement, and the token stays.
+    {
+        let mut conn = sqlx::PgConnection::connect(db.url()).await.unwrap();
+        sqlx::query(
+            "INSERT INTO events (execution_id, seq, at, type, body) VALUES ('z', 1, 0, 't', '{}')",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let _ = conn.close().await;
+    }
+    let taken = store
+        .commit(&tx(vec![append("w", 0, 1), append("z", 0, 1)]))
+        .await;
+    assert!(
+        matches!(&taken, Err(StorageError::Conflict { stale, .. }) if stale.len() == 2),
+        "{taken:?}"
+    );
+    assert!(store.execution("w").await.unwrap().is_none());
+    assert_eq!(tokens().await, vec![2]);
+
+    store
+        .commit(&tx(vec![append("x", 1, 3), append("y", 0, 1)]))
+        .await
+        .unwrap();
+    assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 3);
+    assert_eq!(store.history("y", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(tokens().await, vec![3]);
+    let mut counts = store.count_by_status().await.unwrap();
+    counts.sort();
+    assert_eq!(counts, vec![("running".to_owned(), 2)]);
     store.close().await;
 }
 

@@ -7,22 +7,24 @@
 
 use super::lease::LeaderFence;
 use super::rows::{
-    self, decode, encode, execution_row, finished_at, last_seq, owner, to_i64, to_u64, type_of,
-    unavailable, EXECUTION_COLUMNS,
+    self, decode, encode, execution_row, to_i64, to_u64, unavailable, EXECUTION_COLUMNS,
 };
-use super::{check, Owner, Storage, StorageError};
+use super::{check, check_appends, Owner, Storage, StorageError};
 use super::{
-    Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
-    StoredExecution, Transaction,
+    DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp, StoredExecution,
+    Transaction,
 };
 use super::{ListPage, Purged};
 use async_trait::async_trait;
 
 pub mod claim;
+mod columns;
 mod in_doubt;
+mod one_statement;
 mod reads;
 mod shared;
 mod writer;
+use columns::Columns;
 pub use in_doubt::{InDoubt, Outcome};
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -45,16 +47,24 @@ pub struct PostgresOptions {
     /// Commit connections: one per group commit the node keeps in flight
     /// (`--commits-in-flight`), so that they are written at the same time.
     pub writers: u32,
+    /// How soon after its last commit a commit connection still writes a
+    /// group commit of appends alone as one statement (see
+    /// `one_statement`); after a longer pause it begins a transaction
+    /// first, which tells a connection the database ended meanwhile from
+    /// a commit lost on its way. Zero: never one statement.
+    pub warm: Duration,
 }
 
 impl PostgresOptions {
-    /// Defaults for `url`: 5 s acquire timeout, 4 readers, 2 writers.
+    /// Defaults for `url`: 5 s acquire timeout, 4 readers, 2 writers,
+    /// warm for 2 ms.
     pub fn new(url: impl Into<String>) -> Self {
         PostgresOptions {
             url: url.into(),
             acquire_timeout: Duration::from_secs(5),
             readers: 4,
             writers: 2,
+            warm: Duration::from_millis(2),
         }
     }
 }
@@ -70,7 +80,16 @@ pub struct PostgresStore {
     fence: Option<Arc<LeaderFence>>,
     /// Commits whose outcome could not be settled yet (see
     /// [`in_doubt`]); every call settles them first.
-    in_doubt: Arc<Mutex<Vec<InDoubt>>>,
+    in_doubt: Arc<Mutex<Vec<Doubt>>>,
+}
+
+/// A commit whose outcome is not known yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Doubt {
+    /// A transaction whose `COMMIT` got no answer.
+    Transaction(InDoubt),
+    /// A commit in one statement that got no answer.
+    Statement(one_statement::Token),
 }
 
 /// Maps an error of the COMMIT statement. A reply from the server says the
@@ -119,12 +138,13 @@ impl PostgresStore {
             .run(&writer)
             .await
             .map_err(|e| StorageError::Unavailable(format!("migration failed: {e}")))?;
+        one_statement::forget_old_tokens(&writer).await?;
         let readers = pool_options(options.readers.max(1), options.acquire_timeout)
             .connect_lazy_with(connect.clone());
         let cluster = pool_options(options.readers.max(1), options.acquire_timeout)
             .connect_lazy_with(connect.application_name("orbit-shared"));
         Ok(PostgresStore {
-            writer: Arc::new(writer::Writer::new(writer, writers as usize)),
+            writer: Arc::new(writer::Writer::new(writer, writers as usize, options.warm)),
             readers,
             cluster,
             fence: None,
@@ -147,19 +167,41 @@ impl PostgresStore {
         in_doubt::settle(&self.readers, doubt).await
     }
 
+    /// What became of a commit in one statement that got no answer, made
+    /// with the commit token `key` holding `value` (see `one_statement`):
+    /// fences the token and reads the outcome.
+    pub async fn settle_statement(&self, key: &str, value: i64) -> Result<Outcome, StorageError> {
+        let token = one_statement::Token {
+            key: key.to_owned(),
+            value,
+        };
+        one_statement::settle(&self.readers, &token).await
+    }
+
     /// The COMMIT of `doubt` got no answer (`message`): settles it now, or
     /// keeps it in doubt and answers `Ambiguous`.
     async fn after_lost_commit(&self, doubt: InDoubt, message: String) -> Result<(), StorageError> {
-        match self.settle(doubt).await {
+        self.after_lost(Doubt::Transaction(doubt), message).await
+    }
+
+    /// What became of `doubt`.
+    async fn settle_doubt(&self, doubt: &Doubt) -> Result<Outcome, StorageError> {
+        match doubt {
+            Doubt::Transaction(doubt) => self.settle(*doubt).await,
+            Doubt::Statement(token) => one_statement::settle(&self.readers, token).await,
+        }
+    }
+
+    /// `doubt` got no answer (`message`): settles it now, or keeps it in
+    /// doubt and answers `Ambiguous`.
+    async fn after_lost(&self, doubt: Doubt, message: String) -> Result<(), StorageError> {
+        match self.settle_doubt(&doubt).await {
             Ok(Outcome::Committed) => {
-                tracing::warn!(
-                    xid = doubt.xid,
-                    "COMMIT got no answer ({message}); the transaction is durable"
-                );
+                tracing::warn!(?doubt, "a commit got no answer ({message}); it is durable");
                 Ok(())
             }
             Ok(Outcome::Aborted) => Err(StorageError::Unavailable(format!(
-                "{message}; the transaction was rolled back"
+                "{message}; nothing of the commit was written"
             ))),
             Err(e) => {
                 self.lock_in_doubt().push(doubt);
@@ -168,14 +210,14 @@ impl PostgresStore {
         }
     }
 
-    fn lock_in_doubt(&self) -> std::sync::MutexGuard<'_, Vec<InDoubt>> {
+    fn lock_in_doubt(&self) -> std::sync::MutexGuard<'_, Vec<Doubt>> {
         self.in_doubt.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Settles every commit still in doubt, before anything else reads or
     /// writes: until then the database may not show their final outcome.
     async fn settled(&self) -> Result<(), StorageError> {
-        let pending: Vec<InDoubt> = {
+        let pending: Vec<Doubt> = {
             let doubts = self.lock_in_doubt();
             if doubts.is_empty() {
                 return Ok(());
@@ -183,7 +225,7 @@ impl PostgresStore {
             doubts.clone()
         };
         for doubt in pending {
-            if let Err(e) = self.settle(doubt).await {
+            if let Err(e) = self.settle_doubt(&doubt).await {
                 return Err(StorageError::Unavailable(format!(
                     "an earlier commit is still in doubt: {e}"
                 )));
@@ -245,6 +287,77 @@ impl PostgresStore {
             held.detach();
             unavailable(e)
         })
+    }
+
+    /// Writes `tx` (which [`one_statement::fits`]) in one statement on
+    /// `held`. A kept connection that broke while it sat idle is replaced,
+    /// once, when the statement is known not to have landed.
+    async fn commit_in_one_statement(
+        &self,
+        mut held: writer::Held<'_>,
+        tx: &Transaction,
+        shard: &str,
+    ) -> Result<(), StorageError> {
+        let columns = Columns::of(tx)?;
+        let checked = Self::checked_ids(tx);
+        let mut replaced = false;
+        loop {
+            let token = held.token().clone();
+            let answer =
+                one_statement::write(held.conn()?, &columns, &checked, shard, &token).await;
+            match answer {
+                one_statement::Answer::Written => {
+                    held.advance_token();
+                    return Ok(());
+                }
+                one_statement::Answer::Kept(before) => {
+                    held.advance_token();
+                    let stored = |id: &str| {
+                        before.get(id).map(|(last_seq, node_id, epoch)| Owner {
+                            last_seq: *last_seq,
+                            node_id,
+                            epoch: *epoch,
+                        })
+                    };
+                    // The statement judged by the same rule; should the two
+                    // ever differ, what was written (nothing) decides.
+                    return Err(check_appends(&tx.appends, stored).err().unwrap_or_else(|| {
+                        StorageError::Conflict {
+                            fenced: Vec::new(),
+                            stale: checked.clone(),
+                        }
+                    }));
+                }
+                one_statement::Answer::Refused(e) => {
+                    if !matches!(e, StorageError::Conflict { .. }) {
+                        held.renew_token();
+                    }
+                    return Err(e);
+                }
+                one_statement::Answer::Lost(message) => {
+                    // Whatever happened, the connection must not be reused,
+                    // nor the token: a copy of the statement may be on its
+                    // way.
+                    held.detach();
+                    held.renew_token();
+                    let doubt = Doubt::Statement(token);
+                    let retry = held.reused() && !replaced;
+                    if retry {
+                        if let Ok(Outcome::Aborted) = self.settle_doubt(&doubt).await {
+                            tracing::info!(
+                                error = %message,
+                                "the kept commit connection broke while idle; replaced"
+                            );
+                            held.replace().await?;
+                            replaced = true;
+                            continue;
+                        }
+                    }
+                    drop(held);
+                    return self.after_lost(doubt, message).await;
+                }
+            }
+        }
     }
 
     /// The ids a transaction's conflict rule looks at, sorted (concurrent
@@ -413,61 +526,8 @@ impl PostgresStore {
         tx: &Transaction,
         shard: &str,
     ) -> Result<(Rows, usize), StorageError> {
-        let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
-        for append in &tx.appends {
-            last.insert(append.execution_id.as_str(), append);
-        }
-        let n = last.len();
-        let mut ids = Vec::with_capacity(n);
-        let mut workflows = Vec::with_capacity(n);
-        let mut versions = Vec::with_capacity(n);
-        let mut hashes = Vec::with_capacity(n);
-        let mut statuses = Vec::with_capacity(n);
-        let mut parents: Vec<Option<&str>> = Vec::with_capacity(n);
-        let mut inputs = Vec::with_capacity(n);
-        let mut outputs: Vec<Option<String>> = Vec::with_capacity(n);
-        let mut errors: Vec<Option<String>> = Vec::with_capacity(n);
-        let mut created = Vec::with_capacity(n);
-        let mut updated = Vec::with_capacity(n);
-        let mut finished: Vec<Option<i64>> = Vec::with_capacity(n);
-        let mut last_seqs = Vec::with_capacity(n);
-        let mut owner_nodes = Vec::with_capacity(n);
-        let mut owner_epochs = Vec::with_capacity(n);
-        for (id, append) in &last {
-            let p = &append.projection;
-            ids.push(*id);
-            workflows.push(p.workflow.as_str());
-            versions.push(p.version.as_str());
-            hashes.push(p.definition_hash.as_str());
-            statuses.push(p.status.as_str());
-            parents.push(p.parent.as_deref());
-            inputs.push(encode(&p.input)?);
-            outputs.push(p.output.as_ref().map(encode).transpose()?);
-            errors.push(p.error.as_ref().map(encode).transpose()?);
-            created.push(to_i64(p.created_at));
-            updated.push(to_i64(p.updated_at));
-            finished.push(finished_at(p).map(to_i64));
-            last_seqs.push(to_i64(last_seq(append)));
-            let (node, epoch) = owner(append);
-            owner_nodes.push(node);
-            owner_epochs.push(to_i64(epoch));
-        }
-        let count: usize = tx.appends.iter().map(|a| a.events.len()).sum();
-        let mut event_ids = Vec::with_capacity(count);
-        let mut seqs = Vec::with_capacity(count);
-        let mut ats = Vec::with_capacity(count);
-        let mut types = Vec::with_capacity(count);
-        let mut bodies = Vec::with_capacity(count);
-        for append in &tx.appends {
-            for event in append.events.iter() {
-                event_ids.push(append.execution_id.as_str());
-                seqs.push(to_i64(event.seq));
-                ats.push(to_i64(event.at));
-                let body = encode(event)?;
-                types.push(type_of(&body));
-                bodies.push(body);
-            }
-        }
+        let columns = Columns::of(tx)?;
+        let checked = Self::checked_ids(tx);
         // What an execution is (workflow, version, parent, input, creation)
         // never changes: only what it has become is set. While the status
         // stays the same no indexed column changes, so the update is HOT.
@@ -479,7 +539,7 @@ impl PostgresStore {
         // a few calls cannot be the sequential scan that `lock_rows` avoids
         // by planning per call, because the commit connection prices
         // sequential scans out (`enable_seqscan = off`).
-        let rows = sqlx::query(
+        let query = sqlx::query(
             "WITH before AS (SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
              WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
              written AS (INSERT INTO executions (id, workflow, version, definition_hash, status, \
@@ -507,32 +567,13 @@ impl PostgresStore {
              SELECT id, last_seq, owner_node, owner_epoch FROM before \
              UNION ALL SELECT NULL, count(*), NULL, NULL FROM appended",
         )
-        .persistent(true)
-        .bind(&ids)
-        .bind(&workflows)
-        .bind(&versions)
-        .bind(&hashes)
-        .bind(&statuses)
-        .bind(&parents)
-        .bind(&inputs)
-        .bind(&outputs)
-        .bind(&errors)
-        .bind(&created)
-        .bind(&updated)
-        .bind(&finished)
-        .bind(&last_seqs)
-        .bind(&owner_nodes)
-        .bind(&owner_epochs)
-        .bind(Self::checked_ids(tx))
-        .bind(&event_ids)
-        .bind(&seqs)
-        .bind(&ats)
-        .bind(&types)
-        .bind(&bodies)
-        .bind(shard)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(unavailable)?;
+        .persistent(true);
+        let rows = columns
+            .bind(query, &checked)
+            .bind(shard)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
         // The row without an id counts the events inserted; the others are
         // the rows as they were.
         let mut before = Vec::with_capacity(rows.len());
@@ -872,6 +913,12 @@ impl Storage for PostgresStore {
         }
         let mut held = self.writer.lock().await?;
         let shard = counts_shard(tx, held.slot());
+        // An idle connection takes `BEGIN` first: a connection that broke
+        // while idle fails there, before anything was sent, which a lone
+        // statement's failure could not tell from a failure while it ran.
+        if self.fence.is_none() && held.warm() && one_statement::fits(tx) {
+            return self.commit_in_one_statement(held, tx, &shard).await;
+        }
         let doubt = Self::begin(&mut held).await?;
         let conn = held.conn()?;
         let applied = match &self.fence {
@@ -1144,6 +1191,7 @@ impl Storage for PostgresStore {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::storage::rows::type_of;
 
     #[test]
     fn a_lost_connection_during_commit_is_ambiguous() {

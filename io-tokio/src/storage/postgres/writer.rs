@@ -11,32 +11,46 @@
 //! detaches it, and the next holder of that slot takes a fresh one from
 //! the pool; or takes one at once ([`Held::replace`]) when the broken one
 //! had sat in its slot since an earlier commit (the database restarted
-//! meanwhile, say) and nothing was begun on it yet.
+//! meanwhile, say) and nothing was begun on it yet. Each slot also keeps
+//! its connection's commit token (see `one_statement`).
 
 use super::super::rows::unavailable;
 use super::super::StorageError;
+use super::one_statement::Token;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::Postgres;
+use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, MutexGuard, Semaphore, SemaphorePermit};
 
 /// The pool the connections come from, and the connections once taken.
 #[derive(Debug)]
 pub(super) struct Writer {
     pool: PgPool,
-    slots: Vec<Mutex<Option<PoolConnection<Postgres>>>>,
+    slots: Vec<Mutex<Slot>>,
     /// One permit per slot, handed out in order of asking.
     free: Semaphore,
+    /// How long after its last commit a kept connection counts as warm.
+    warm: Duration,
 }
 
 impl Writer {
     /// `slots` connections (at least one), from `pool` (of as many).
-    pub(super) fn new(pool: PgPool, slots: usize) -> Self {
+    pub(super) fn new(pool: PgPool, slots: usize, warm: Duration) -> Self {
         let slots = slots.max(1);
         Writer {
             pool,
-            slots: (0..slots).map(|_| Mutex::new(None)).collect(),
+            slots: (0..slots)
+                .map(|_| {
+                    Mutex::new(Slot {
+                        conn: None,
+                        token: Token::fresh(),
+                        released: None,
+                    })
+                })
+                .collect(),
             free: Semaphore::new(slots),
+            warm,
         }
     }
 
@@ -55,15 +69,16 @@ impl Writer {
             .enumerate()
             .find_map(|(i, s)| s.try_lock().ok().map(|kept| (i, kept)))
             .ok_or_else(|| StorageError::Unavailable("no commit connection is free".into()))?;
-        let reused = kept.is_some();
+        let reused = kept.conn.is_some();
         if !reused {
-            *kept = Some(self.pool.acquire().await.map_err(unavailable)?);
+            kept.conn = Some(self.pool.acquire().await.map_err(unavailable)?);
         }
         Ok(Held {
             kept,
             slot,
             reused,
             pool: &self.pool,
+            warm: self.warm,
             _permit: permit,
         })
     }
@@ -72,19 +87,29 @@ impl Writer {
     pub(super) async fn close(&self) {
         self.free.close();
         for slot in &self.slots {
-            slot.lock().await.take();
+            slot.lock().await.conn.take();
         }
         self.pool.close().await;
     }
 }
 
+/// What a slot keeps.
+#[derive(Debug)]
+struct Slot {
+    conn: Option<PoolConnection<Postgres>>,
+    token: Token,
+    /// When the last holder let go.
+    released: Option<Instant>,
+}
+
 /// A connection, held.
 pub(super) struct Held<'a> {
-    kept: MutexGuard<'a, Option<PoolConnection<Postgres>>>,
+    kept: MutexGuard<'a, Slot>,
     slot: usize,
     /// The connection was kept from an earlier holder, untested since.
     reused: bool,
     pool: &'a PgPool,
+    warm: Duration,
     _permit: SemaphorePermit<'a>,
 }
 
@@ -92,8 +117,8 @@ impl Held<'_> {
     /// The connection (gone only after [`Held::detach`]).
     pub(super) fn conn(&mut self) -> Result<&mut PgConnection, StorageError> {
         self.kept
-            .as_mut()
-            .map(|c| &mut **c)
+            .conn
+            .as_deref_mut()
             .ok_or_else(|| StorageError::Unavailable("the commit connection was dropped".into()))
     }
 
@@ -113,7 +138,7 @@ impl Held<'_> {
     /// place.
     pub(super) async fn replace(&mut self) -> Result<(), StorageError> {
         self.detach();
-        *self.kept = Some(self.pool.acquire().await.map_err(unavailable)?);
+        self.kept.conn = Some(self.pool.acquire().await.map_err(unavailable)?);
         self.reused = false;
         Ok(())
     }
@@ -121,8 +146,39 @@ impl Held<'_> {
     /// Drops the connection, in a state not to be reused: PostgreSQL
     /// rolls back whatever it had open when it goes away.
     pub(super) fn detach(&mut self) {
-        if let Some(conn) = self.kept.take() {
+        if let Some(conn) = self.kept.conn.take() {
             conn.detach();
         }
+    }
+
+    /// Whether the connection was just taken from the pool (which tested
+    /// it) or its last commit ended a moment ago, as under load: a
+    /// connection that broke must have broken in that moment. One idle for
+    /// longer may have been ended by the database meanwhile (a restart,
+    /// an administrator). Never, when warm for zero.
+    pub(super) fn warm(&self) -> bool {
+        !self.warm.is_zero()
+            && (!self.reused || self.kept.released.is_some_and(|t| t.elapsed() < self.warm))
+    }
+
+    /// The slot's commit token.
+    pub(super) fn token(&self) -> &Token {
+        &self.kept.token
+    }
+
+    /// The token moved one step (a statement that moved it was answered).
+    pub(super) fn advance_token(&mut self) {
+        self.kept.token.value += 1;
+    }
+
+    /// A new token in place of one that was fenced or is being settled.
+    pub(super) fn renew_token(&mut self) {
+        self.kept.token = Token::fresh();
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.kept.released = Some(Instant::now());
     }
 }

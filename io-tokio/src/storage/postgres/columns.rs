@@ -1,0 +1,136 @@
+//! A group commit's appends as columns: one array per column of the
+//! `executions` and `events` tables, bound as `$1`…`$21` of the statements
+//! that write them (`UNNEST` turns them back into rows on the server).
+
+use super::super::rows::{encode, finished_at, last_seq, owner, to_i64, type_of};
+use super::super::{Append, StorageError, Transaction};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::Postgres;
+use std::collections::BTreeMap;
+
+/// The arrays, in execution id order (the order rows are locked in).
+pub(super) struct Columns<'a> {
+    /// The executions, each once: `$1`.
+    pub ids: Vec<&'a str>,
+    /// `after_seq` of each execution's append, in the order of `ids`.
+    pub after_seqs: Vec<i64>,
+    workflows: Vec<&'a str>,
+    versions: Vec<&'a str>,
+    hashes: Vec<&'a str>,
+    statuses: Vec<&'a str>,
+    parents: Vec<Option<&'a str>>,
+    inputs: Vec<String>,
+    outputs: Vec<Option<String>>,
+    errors: Vec<Option<String>>,
+    created: Vec<i64>,
+    updated: Vec<i64>,
+    finished: Vec<Option<i64>>,
+    last_seqs: Vec<i64>,
+    owner_nodes: Vec<&'a str>,
+    owner_epochs: Vec<i64>,
+    event_ids: Vec<&'a str>,
+    seqs: Vec<i64>,
+    ats: Vec<i64>,
+    types: Vec<String>,
+    bodies: Vec<String>,
+}
+
+impl<'a> Columns<'a> {
+    /// The columns of `tx`'s appends. For an execution appended twice the
+    /// last append's projection (and `after_seq`) is the one kept; every
+    /// event of every append is kept.
+    pub(super) fn of(tx: &'a Transaction) -> Result<Self, StorageError> {
+        let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
+        for append in &tx.appends {
+            last.insert(append.execution_id.as_str(), append);
+        }
+        let n = last.len();
+        let count: usize = tx.appends.iter().map(|a| a.events.len()).sum();
+        let mut c = Columns {
+            ids: Vec::with_capacity(n),
+            after_seqs: Vec::with_capacity(n),
+            workflows: Vec::with_capacity(n),
+            versions: Vec::with_capacity(n),
+            hashes: Vec::with_capacity(n),
+            statuses: Vec::with_capacity(n),
+            parents: Vec::with_capacity(n),
+            inputs: Vec::with_capacity(n),
+            outputs: Vec::with_capacity(n),
+            errors: Vec::with_capacity(n),
+            created: Vec::with_capacity(n),
+            updated: Vec::with_capacity(n),
+            finished: Vec::with_capacity(n),
+            last_seqs: Vec::with_capacity(n),
+            owner_nodes: Vec::with_capacity(n),
+            owner_epochs: Vec::with_capacity(n),
+            event_ids: Vec::with_capacity(count),
+            seqs: Vec::with_capacity(count),
+            ats: Vec::with_capacity(count),
+            types: Vec::with_capacity(count),
+            bodies: Vec::with_capacity(count),
+        };
+        for (id, append) in &last {
+            let p = &append.projection;
+            c.ids.push(*id);
+            c.after_seqs.push(to_i64(append.after_seq));
+            c.workflows.push(p.workflow.as_str());
+            c.versions.push(p.version.as_str());
+            c.hashes.push(p.definition_hash.as_str());
+            c.statuses.push(p.status.as_str());
+            c.parents.push(p.parent.as_deref());
+            c.inputs.push(encode(&p.input)?);
+            c.outputs.push(p.output.as_ref().map(encode).transpose()?);
+            c.errors.push(p.error.as_ref().map(encode).transpose()?);
+            c.created.push(to_i64(p.created_at));
+            c.updated.push(to_i64(p.updated_at));
+            c.finished.push(finished_at(p).map(to_i64));
+            c.last_seqs.push(to_i64(last_seq(append)));
+            let (node, epoch) = owner(append);
+            c.owner_nodes.push(node);
+            c.owner_epochs.push(to_i64(epoch));
+        }
+        for append in &tx.appends {
+            for event in append.events.iter() {
+                c.event_ids.push(append.execution_id.as_str());
+                c.seqs.push(to_i64(event.seq));
+                c.ats.push(to_i64(event.at));
+                let body = encode(event)?;
+                c.types.push(type_of(&body));
+                c.bodies.push(body);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Binds the execution columns as `$1`…`$15`, `checked` (the ids whose
+    /// rows are locked) as `$16` and the event columns as `$17`…`$21`.
+    pub(super) fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+        checked: &'q [String],
+    ) -> Query<'q, Postgres, PgArguments> {
+        query
+            .bind(&self.ids)
+            .bind(&self.workflows)
+            .bind(&self.versions)
+            .bind(&self.hashes)
+            .bind(&self.statuses)
+            .bind(&self.parents)
+            .bind(&self.inputs)
+            .bind(&self.outputs)
+            .bind(&self.errors)
+            .bind(&self.created)
+            .bind(&self.updated)
+            .bind(&self.finished)
+            .bind(&self.last_seqs)
+            .bind(&self.owner_nodes)
+            .bind(&self.owner_epochs)
+            .bind(checked)
+            .bind(&self.event_ids)
+            .bind(&self.seqs)
+            .bind(&self.ats)
+            .bind(&self.types)
+            .bind(&self.bodies)
+    }
+}

@@ -1,0 +1,253 @@
+//! A group commit in one statement, for the common case: appends alone, on
+//! a single node.
+//!
+//! A commit otherwise takes three round trips to PostgreSQL: `BEGIN` (with
+//! the transaction's id, for settling a lost `COMMIT`), the write, and
+//! `COMMIT`, the rule being judged here between the last two. Under load a
+//! round trip waits for both processes to be scheduled, and a commit spent
+//! more time waiting on them than writing. Here the statement judges the
+//! rule itself (each execution's stored `last_seq` against the append's
+//! `after_seq`) and writes only if every append passes; sent outside a
+//! transaction block, it commits as it ends: one round trip.
+//!
+//! Settling a lost answer needs a different witness, since the
+//! transaction's id is never seen: each commit connection has a token row
+//! (`commit_tokens`) that the statement moves one step in the same
+//! transaction, from the value this side knows. When the answer is lost,
+//! [`settle`] fences the row (it makes the token negative, keeping the old
+//! value readable) and reads what it held: one step further means the
+//! statement committed, unmoved means it did not and now never will, since
+//! a copy of it still on its way finds the token fenced and writes
+//! nothing. Fencing waits for the row's lock, so a statement still running
+//! finishes first. A fenced token is never used again: the connection's
+//! slot takes a new one.
+//!
+//! What does not fit — idempotency records, the task queue, inbox entries,
+//! definitions, ownership fences, a leader lease, an execution appended
+//! twice — takes the transaction with `BEGIN` and `COMMIT`.
+
+use super::super::rows::unavailable;
+use super::super::{StorageError, Transaction};
+use super::columns::Columns;
+use super::in_doubt::Outcome;
+use super::{stored_rows, Rows};
+use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::Row;
+use std::collections::BTreeSet;
+
+/// A commit connection's token: the row it moves and the value it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Token {
+    /// `commit_tokens.writer`: fresh for each new token.
+    pub key: String,
+    /// The value the row holds (0 before the row exists).
+    pub value: i64,
+}
+
+impl Token {
+    /// A token no statement has moved yet.
+    pub(super) fn fresh() -> Token {
+        Token {
+            key: uuid::Uuid::new_v4().to_string(),
+            value: 0,
+        }
+    }
+}
+
+/// What became of the statement.
+pub(super) enum Answer {
+    /// Every append passed the rule and was written; the token moved.
+    Written,
+    /// Some append failed the rule: nothing was written but the token's
+    /// step. The rows as they were, to name the executions.
+    Kept(Rows),
+    /// Nothing was written, the token did not move: the statement failed
+    /// (`Conflict` when an event was already stored, `Unavailable`
+    /// otherwise), or it found its token fenced.
+    Refused(StorageError),
+    /// No answer, or one that leaves the outcome open: [`settle`] decides.
+    Lost(String),
+}
+
+/// Whether `tx` can be written in one statement (the caller also checks
+/// that no leader lease fences the store).
+pub(super) fn fits(tx: &Transaction) -> bool {
+    let mut ids = BTreeSet::new();
+    !tx.appends.is_empty()
+        && tx.writer.is_none()
+        && tx.definitions.is_empty()
+        && tx.idempotency.is_empty()
+        && tx.queue.is_empty()
+        && tx.inbox_consumed.is_empty()
+        && tx.appends.iter().all(|a| {
+            a.fence.is_none()
+                && ids.insert(a.execution_id.as_str())
+                && a.events
+                    .iter()
+                    .enumerate()
+                    .all(|(i, e)| e.seq == a.after_seq + 1 + i as u64)
+        })
+}
+
+/// The statement: the token's step, the rows locked and read as they were
+/// (all parts of a statement see one snapshot), the verdict, and the
+/// writes of `write_appends`, each only if the token moved and the verdict
+/// holds. An event already stored fails the statement (a primary key
+/// violation), so a commit is never half written. Prepared once per
+/// connection, like `write_appends`.
+const STATEMENT: &str = "WITH tokened AS (INSERT INTO commit_tokens (writer, token) \
+     VALUES ($23, $24 + 1) ON CONFLICT (writer) DO UPDATE SET token = excluded.token, \
+     touched_at = now() WHERE commit_tokens.token = $24 RETURNING 1), \
+     before AS (SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
+     WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
+     verdict AS (SELECT EXISTS (SELECT 1 FROM tokened) AND NOT EXISTS ( \
+     SELECT 1 FROM UNNEST($1::text[], $25::int8[]) AS a(id, after_seq) \
+     LEFT JOIN before b ON b.id = a.id WHERE COALESCE(b.last_seq, 0) <> a.after_seq) AS go), \
+     written AS (INSERT INTO executions (id, workflow, version, definition_hash, status, \
+     parent, input, output, error, created_at, updated_at, finished_at, last_seq, \
+     owner_node, owner_epoch) \
+     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+     $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::int8[], \
+     $13::int8[], $14::text[], $15::int8[]) WHERE (SELECT go FROM verdict) \
+     ON CONFLICT (id) DO UPDATE SET status = excluded.status, output = excluded.output, \
+     error = excluded.error, updated_at = excluded.updated_at, \
+     finished_at = excluded.finished_at, last_seq = excluded.last_seq, \
+     owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch), \
+     appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
+     SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
+     WHERE (SELECT go FROM verdict)), \
+     changed AS (SELECT w.status AS became, b.status AS was \
+     FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
+     LEFT JOIN before b ON b.id = w.id \
+     WHERE b.status IS DISTINCT FROM w.status AND (SELECT go FROM verdict)), \
+     counted AS (INSERT INTO execution_counts (shard, status, n) \
+     SELECT $22, c.status, sum(c.n) FROM ( \
+     SELECT became AS status, 1 AS n FROM changed \
+     UNION ALL SELECT was, -1 FROM changed WHERE was IS NOT NULL) c \
+     GROUP BY c.status HAVING sum(c.n) <> 0 \
+     ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n) \
+     SELECT id, last_seq, owner_node, owner_epoch FROM before \
+     UNION ALL SELECT NULL, (SELECT count(*) FROM tokened), NULL, \
+     (SELECT CASE WHEN go THEN 1::int8 ELSE 0 END FROM verdict)";
+
+/// Writes `columns` (all of a transaction that [`fits`]) with `token`,
+/// adding to the per-status totals in `shard`.
+pub(super) async fn write(
+    conn: &mut PgConnection,
+    columns: &Columns<'_>,
+    checked: &[String],
+    shard: &str,
+    token: &Token,
+) -> Answer {
+    let query = sqlx::query(STATEMENT).persistent(true);
+    let rows = match columns
+        .bind(query, checked)
+        .bind(shard)
+        .bind(&token.key)
+        .bind(token.value)
+        .bind(&columns.after_seqs)
+        .fetch_all(conn)
+        .await
+    {
+        Ok(rows) => rows,
+        Err(e) => return failed(e, columns),
+    };
+    // The row without an id says whether the token moved and the verdict;
+    // the others are the rows as they were.
+    let mut before = Vec::with_capacity(rows.len());
+    let mut verdict = None;
+    for row in rows {
+        match row.try_get::<Option<&str>, _>(0) {
+            Ok(Some(_)) => before.push(row),
+            Ok(None) => verdict = Some((row.try_get::<i64, _>(1), row.try_get::<i64, _>(3))),
+            // The statement committed whatever its answer says: an answer
+            // that cannot be read leaves the outcome to settle.
+            Err(e) => return Answer::Lost(e.to_string()),
+        }
+    }
+    match verdict {
+        Some((Ok(1), Ok(1))) => Answer::Written,
+        Some((Ok(1), Ok(0))) => match stored_rows(&before) {
+            Ok(rows) => Answer::Kept(rows),
+            Err(e) => Answer::Lost(e.to_string()),
+        },
+        Some((Ok(0), _)) => Answer::Refused(StorageError::Unavailable(
+            "the commit connection's token was fenced; nothing was written".into(),
+        )),
+        _ => Answer::Lost("commit: the statement's verdict is missing".into()),
+    }
+}
+
+/// Sorts an error of the statement: an error PostgreSQL answered for the
+/// statement itself rolled it back; a broken connection, an administrator
+/// ending the session or a failing server leave it open.
+fn failed(e: sqlx::Error, columns: &Columns<'_>) -> Answer {
+    let sqlx::Error::Database(db) = &e else {
+        return Answer::Lost(e.to_string());
+    };
+    let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+    if code == "23505" {
+        // The rule passed, yet an event was already there: a new execution
+        // created meanwhile by another writer (there was no row to lock).
+        return Answer::Refused(StorageError::Conflict {
+            fenced: Vec::new(),
+            stale: columns.ids.iter().map(|id| (*id).to_owned()).collect(),
+        });
+    }
+    let class = code.get(..2).unwrap_or("");
+    if code.is_empty() || matches!(class, "08" | "53" | "57" | "58" | "XX") {
+        Answer::Lost(e.to_string())
+    } else {
+        Answer::Refused(StorageError::Unavailable(format!(
+            "commit refused: {}",
+            db.message()
+        )))
+    }
+}
+
+/// What became of the statement that moved `token` and got no answer (see
+/// the module docs). Fencing is idempotent: settling again reads the same
+/// outcome. An error means the outcome is still unknown.
+pub(crate) async fn settle(pool: &PgPool, token: &Token) -> Result<Outcome, StorageError> {
+    let mut tx = pool.begin().await.map_err(unavailable)?;
+    sqlx::query("SET LOCAL lock_timeout = '5s'")
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+    // A fenced token holds -(old value) - 1; a row never written is
+    // created fenced, as if it had held the value this side knows.
+    let fenced: i64 = sqlx::query_scalar(
+        "INSERT INTO commit_tokens (writer, token) VALUES ($1, -$2 - 1) \
+         ON CONFLICT (writer) DO UPDATE SET touched_at = now(), \
+         token = CASE WHEN commit_tokens.token >= 0 THEN -commit_tokens.token - 1 \
+         ELSE commit_tokens.token END RETURNING token",
+    )
+    .bind(&token.key)
+    .bind(token.value)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(unavailable)?;
+    tx.commit().await.map_err(unavailable)?;
+    let held = -fenced - 1;
+    if held == token.value + 1 {
+        Ok(Outcome::Committed)
+    } else if held == token.value {
+        Ok(Outcome::Aborted)
+    } else {
+        Err(StorageError::Ambiguous(format!(
+            "commit token {} holds {held}, not {} or {}",
+            token.key,
+            token.value,
+            token.value + 1
+        )))
+    }
+}
+
+/// Deletes the tokens of servers gone for a week.
+pub(super) async fn forget_old_tokens(pool: &PgPool) -> Result<(), StorageError> {
+    sqlx::query("DELETE FROM commit_tokens WHERE touched_at < now() - interval '7 days'")
+        .execute(pool)
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
