@@ -7,7 +7,8 @@ mod postgres_support;
 
 use orbit_io_tokio::storage::contract::{self, append};
 use orbit_io_tokio::storage::{
-    Append, PostgresOptions, PostgresStore, QueueOp, Storage, StorageError, Transaction,
+    Append, IdempotencyRecord, PostgresOptions, PostgresStore, QueueOp, Storage, StorageError,
+    Transaction,
 };
 use postgres_support::ScratchDatabase;
 use sqlx::Connection;
@@ -230,9 +231,10 @@ async fn a_commit_connection_ended_while_idle_is_replaced_and_the_commit_lands()
     store.close().await;
 }
 
-/// A group commit of appends alone on a warm connection is one statement
-/// that judges the rule itself: it writes everything or, when an append
-/// is stale, nothing but its token's step, and names the stale executions.
+/// A group commit of appends (and idempotency records) on a warm
+/// connection is one statement that judges the rule itself: it writes
+/// everything or, when an append is stale, nothing but its token's step,
+/// and names the stale executions.
 #[tokio::test]
 async fn appends_alone_are_one_statement_that_writes_all_or_nothing() {
     let Some(db) = ScratchDatabase::create("one_statement").await else {
@@ -256,9 +258,21 @@ async fn appends_alone_are_one_statement_that_writes_all_or_nothing() {
     store.commit(&tx(vec![append("x", 0, 1)])).await.unwrap();
     assert_eq!(tokens().await, vec![1]);
 
-    // x is stale: y is not created either.
+    // x is stale: y is not created either, nor y's key stored.
+    let keyed = |appends: Vec<Append>, key: &str| Transaction {
+        appends,
+        idempotency: vec![IdempotencyRecord {
+            scope: "start".to_owned(),
+            key: key.to_owned(),
+            fingerprint: "f".to_owned(),
+            status: 201,
+            body: "{}".to_owned(),
+            expires_at: u64::MAX / 4,
+        }],
+        ..Transaction::default()
+    };
     let stale = store
-        .commit(&tx(vec![append("y", 0, 1), append("x", 0, 1)]))
+        .commit(&keyed(vec![append("y", 0, 1), append("x", 0, 1)], "y"))
         .await;
     match stale {
         Err(StorageError::Conflict { stale, fenced }) => {
@@ -267,6 +281,7 @@ async fn appends_alone_are_one_statement_that_writes_all_or_nothing() {
         other => panic!("{other:?}"),
     }
     assert!(store.execution("y").await.unwrap().is_none());
+    assert!(store.idempotency("start", "y", 0).await.unwrap().is_none());
     assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 1);
     assert_eq!(tokens().await, vec![2]);
 
@@ -293,9 +308,10 @@ async fn appends_alone_are_one_statement_that_writes_all_or_nothing() {
     assert_eq!(tokens().await, vec![2]);
 
     store
-        .commit(&tx(vec![append("x", 1, 3), append("y", 0, 1)]))
+        .commit(&keyed(vec![append("x", 1, 3), append("y", 0, 1)], "y"))
         .await
         .unwrap();
+    assert!(store.idempotency("start", "y", 0).await.unwrap().is_some());
     assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 3);
     assert_eq!(store.history("y", 0, 10).await.unwrap().len(), 1);
     assert_eq!(tokens().await, vec![3]);

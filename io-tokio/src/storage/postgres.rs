@@ -24,7 +24,7 @@ mod one_statement;
 mod reads;
 mod shared;
 mod writer;
-use columns::Columns;
+use columns::{Columns, Keys};
 pub use in_doubt::{InDoubt, Outcome};
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -299,12 +299,13 @@ impl PostgresStore {
         shard: &str,
     ) -> Result<(), StorageError> {
         let columns = Columns::of(tx)?;
+        let keys = Keys::of(&tx.idempotency);
         let checked = Self::checked_ids(tx);
         let mut replaced = false;
         loop {
             let token = held.token().clone();
             let answer =
-                one_statement::write(held.conn()?, &columns, &checked, shard, &token).await;
+                one_statement::write(held.conn()?, &columns, &keys, &checked, shard, &token).await;
             match answer {
                 one_statement::Answer::Written => {
                     held.advance_token();
@@ -651,27 +652,7 @@ impl PostgresStore {
         records: &[IdempotencyRecord],
         exclusive: bool,
     ) -> Result<bool, StorageError> {
-        // The last record for a (scope, key) wins, as with one INSERT OR
-        // REPLACE per record.
-        let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
-        for r in records {
-            last.insert((r.scope.as_str(), r.key.as_str()), r);
-        }
-        let n = last.len();
-        let mut scopes = Vec::with_capacity(n);
-        let mut keys = Vec::with_capacity(n);
-        let mut fingerprints = Vec::with_capacity(n);
-        let mut statuses = Vec::with_capacity(n);
-        let mut bodies = Vec::with_capacity(n);
-        let mut expires = Vec::with_capacity(n);
-        for r in last.values() {
-            scopes.push(r.scope.as_str());
-            keys.push(r.key.as_str());
-            fingerprints.push(r.fingerprint.as_str());
-            statuses.push(i32::from(r.status));
-            bodies.push(r.body.as_str());
-            expires.push(to_i64(r.expires_at));
-        }
+        let columns = Keys::of(records);
         // Exclusive: a live record is not replaced (the WHERE leaves it,
         // and the row count tells).
         let only_expired = if exclusive {
@@ -679,23 +660,19 @@ impl PostgresStore {
         } else {
             ""
         };
-        let written = sqlx::query(&format!(
+        let sql = format!(
             "INSERT INTO idempotency (scope, key, fingerprint, status, body, expires_at) \
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::int8[]) \
              ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
              status = excluded.status, body = excluded.body, expires_at = excluded.expires_at{only_expired}"
-        ))
-        .bind(&scopes)
-        .bind(&keys)
-        .bind(&fingerprints)
-        .bind(&statuses)
-        .bind(&bodies)
-        .bind(&expires)
-        .persistent(false)
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        Ok(written.rows_affected() == n as u64)
+        );
+        let query = sqlx::query(&sql).persistent(false);
+        let written = columns
+            .bind(query)
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(written.rows_affected() == columns.len() as u64)
     }
 
     async fn write_queue(

@@ -1,9 +1,10 @@
-//! A group commit's appends as columns: one array per column of the
+//! A group commit's records as columns: one array per column of the
 //! `executions` and `events` tables, bound as `$1`…`$21` of the statements
-//! that write them (`UNNEST` turns them back into rows on the server).
+//! that write them, and of the `idempotency` table (`UNNEST` turns them
+//! back into rows on the server).
 
 use super::super::rows::{encode, finished_at, last_seq, owner, to_i64, type_of};
-use super::super::{Append, StorageError, Transaction};
+use super::super::{Append, IdempotencyRecord, StorageError, Transaction};
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::Postgres;
@@ -132,5 +133,63 @@ impl<'a> Columns<'a> {
             .bind(&self.ats)
             .bind(&self.types)
             .bind(&self.bodies)
+    }
+}
+
+/// Idempotency records as columns, each `(scope, key)` once: the last
+/// record for it wins, as with one upsert per record.
+pub(super) struct Keys<'a> {
+    scopes: Vec<&'a str>,
+    keys: Vec<&'a str>,
+    fingerprints: Vec<&'a str>,
+    statuses: Vec<i32>,
+    bodies: Vec<&'a str>,
+    expires: Vec<i64>,
+}
+
+impl<'a> Keys<'a> {
+    /// The columns of `records`.
+    pub(super) fn of(records: &'a [IdempotencyRecord]) -> Self {
+        let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
+        for r in records {
+            last.insert((r.scope.as_str(), r.key.as_str()), r);
+        }
+        let n = last.len();
+        let mut c = Keys {
+            scopes: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n),
+            fingerprints: Vec::with_capacity(n),
+            statuses: Vec::with_capacity(n),
+            bodies: Vec::with_capacity(n),
+            expires: Vec::with_capacity(n),
+        };
+        for r in last.values() {
+            c.scopes.push(r.scope.as_str());
+            c.keys.push(r.key.as_str());
+            c.fingerprints.push(r.fingerprint.as_str());
+            c.statuses.push(i32::from(r.status));
+            c.bodies.push(r.body.as_str());
+            c.expires.push(to_i64(r.expires_at));
+        }
+        c
+    }
+
+    /// How many records (after the last-wins merge).
+    pub(super) fn len(&self) -> usize {
+        self.scopes.len()
+    }
+
+    /// Binds the six columns as the query's next parameters.
+    pub(super) fn bind<'q>(
+        &'q self,
+        query: Query<'q, Postgres, PgArguments>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        query
+            .bind(&self.scopes)
+            .bind(&self.keys)
+            .bind(&self.fingerprints)
+            .bind(&self.statuses)
+            .bind(&self.bodies)
+            .bind(&self.expires)
     }
 }

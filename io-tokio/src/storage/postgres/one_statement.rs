@@ -1,5 +1,5 @@
-//! A group commit in one statement, for the common case: appends alone, on
-//! a single node.
+//! A group commit in one statement, for the common case: appends (with
+//! idempotency records or not), on a single node.
 //!
 //! A commit otherwise takes three round trips to PostgreSQL: `BEGIN` (with
 //! the transaction's id, for settling a lost `COMMIT`), the write, and
@@ -22,13 +22,13 @@
 //! finishes first. A fenced token is never used again: the connection's
 //! slot takes a new one.
 //!
-//! What does not fit — idempotency records, the task queue, inbox entries,
+//! What does not fit — the task queue and inbox entries (shared mode),
 //! definitions, ownership fences, a leader lease, an execution appended
 //! twice — takes the transaction with `BEGIN` and `COMMIT`.
 
 use super::super::rows::unavailable;
 use super::super::{StorageError, Transaction};
-use super::columns::Columns;
+use super::columns::{Columns, Keys};
 use super::in_doubt::Outcome;
 use super::{stored_rows, Rows};
 use sqlx::postgres::{PgConnection, PgPool};
@@ -76,7 +76,6 @@ pub(super) fn fits(tx: &Transaction) -> bool {
     !tx.appends.is_empty()
         && tx.writer.is_none()
         && tx.definitions.is_empty()
-        && tx.idempotency.is_empty()
         && tx.queue.is_empty()
         && tx.inbox_consumed.is_empty()
         && tx.appends.iter().all(|a| {
@@ -91,7 +90,8 @@ pub(super) fn fits(tx: &Transaction) -> bool {
 
 /// The statement: the token's step, the rows locked and read as they were
 /// (all parts of a statement see one snapshot), the verdict, and the
-/// writes of `write_appends`, each only if the token moved and the verdict
+/// writes of `write_appends` and `write_idempotency` (a single node
+/// replaces any record), each only if the token moved and the verdict
 /// holds. An event already stored fails the statement (a primary key
 /// violation), so a commit is never half written. Prepared once per
 /// connection, like `write_appends`.
@@ -125,30 +125,34 @@ const STATEMENT: &str = "WITH tokened AS (INSERT INTO commit_tokens (writer, tok
      SELECT became AS status, 1 AS n FROM changed \
      UNION ALL SELECT was, -1 FROM changed WHERE was IS NOT NULL) c \
      GROUP BY c.status HAVING sum(c.n) <> 0 \
-     ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n) \
+     ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n), \
+     keyed AS (INSERT INTO idempotency (scope, key, fingerprint, status, body, expires_at) \
+     SELECT * FROM UNNEST($26::text[], $27::text[], $28::text[], $29::int4[], $30::text[], \
+     $31::int8[]) WHERE (SELECT go FROM verdict) \
+     ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
+     status = excluded.status, body = excluded.body, expires_at = excluded.expires_at) \
      SELECT id, last_seq, owner_node, owner_epoch FROM before \
      UNION ALL SELECT NULL, (SELECT count(*) FROM tokened), NULL, \
      (SELECT CASE WHEN go THEN 1::int8 ELSE 0 END FROM verdict)";
 
-/// Writes `columns` (all of a transaction that [`fits`]) with `token`,
-/// adding to the per-status totals in `shard`.
+/// Writes `columns` and `keys` (all of a transaction that [`fits`]) with
+/// `token`, adding to the per-status totals in `shard`.
 pub(super) async fn write(
     conn: &mut PgConnection,
     columns: &Columns<'_>,
+    keys: &Keys<'_>,
     checked: &[String],
     shard: &str,
     token: &Token,
 ) -> Answer {
     let query = sqlx::query(STATEMENT).persistent(true);
-    let rows = match columns
+    let query = columns
         .bind(query, checked)
         .bind(shard)
         .bind(&token.key)
         .bind(token.value)
-        .bind(&columns.after_seqs)
-        .fetch_all(conn)
-        .await
-    {
+        .bind(&columns.after_seqs);
+    let rows = match keys.bind(query).fetch_all(conn).await {
         Ok(rows) => rows,
         Err(e) => return failed(e, columns),
     };
