@@ -24,14 +24,14 @@ mod one_statement;
 mod reads;
 mod shared;
 mod writer;
-use columns::{Columns, Keys};
+use columns::{add_to_counts, upsert_executions, Columns, Keys};
 pub use in_doubt::{InDoubt, Outcome};
 use orbit_core::history::Event;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Executor, Postgres, Row};
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 /// How to open a PostgreSQL store.
@@ -529,9 +529,6 @@ impl PostgresStore {
     ) -> Result<(Rows, usize), StorageError> {
         let columns = Columns::of(tx)?;
         let checked = Self::checked_ids(tx);
-        // What an execution is (workflow, version, parent, input, creation)
-        // never changes: only what it has become is set. While the status
-        // stays the same no indexed column changes, so the update is HOT.
         // Rows locked in id order first (the upsert's rows are in id order
         // too): concurrent writers never wait on each other in a cycle.
         // Prepared once per connection: planning this statement on every
@@ -540,35 +537,22 @@ impl PostgresStore {
         // a few calls cannot be the sequential scan that `lock_rows` avoids
         // by planning per call, because the commit connection prices
         // sequential scans out (`enable_seqscan = off`).
-        let query = sqlx::query(
-            "WITH before AS (SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
-             WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
-             written AS (INSERT INTO executions (id, workflow, version, definition_hash, status, \
-             parent, input, output, error, created_at, updated_at, finished_at, last_seq, \
-             owner_node, owner_epoch) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-             $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::int8[], \
-             $13::int8[], $14::text[], $15::int8[]) \
-             ON CONFLICT (id) DO UPDATE SET status = excluded.status, output = excluded.output, \
-             error = excluded.error, updated_at = excluded.updated_at, \
-             finished_at = excluded.finished_at, last_seq = excluded.last_seq, \
-             owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch), \
-             appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
-             SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
-             ON CONFLICT DO NOTHING RETURNING 1), \
-             changed AS (SELECT w.status AS became, b.status AS was \
-             FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
-             LEFT JOIN before b ON b.id = w.id WHERE b.status IS DISTINCT FROM w.status), \
-             counted AS (INSERT INTO execution_counts (shard, status, n) \
-             SELECT $22, c.status, sum(c.n) FROM ( \
-             SELECT became AS status, 1 AS n FROM changed \
-             UNION ALL SELECT was, -1 FROM changed WHERE was IS NOT NULL) c \
-             GROUP BY c.status HAVING sum(c.n) <> 0 \
-             ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n) \
-             SELECT id, last_seq, owner_node, owner_epoch FROM before \
-             UNION ALL SELECT NULL, count(*), NULL, NULL FROM appended",
-        )
-        .persistent(true);
+        static STATEMENT: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "WITH before AS (SELECT id, last_seq, owner_node, owner_epoch, status \
+                 FROM executions WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
+                 written AS ({}), \
+                 appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
+                 SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], \
+                 $21::text[]) ON CONFLICT DO NOTHING RETURNING 1), \
+                 {} \
+                 SELECT id, last_seq, owner_node, owner_epoch FROM before \
+                 UNION ALL SELECT NULL, count(*), NULL, NULL FROM appended",
+                upsert_executions(""),
+                add_to_counts(""),
+            )
+        });
+        let query = sqlx::query(STATEMENT.as_str()).persistent(true);
         let rows = columns
             .bind(query, &checked)
             .bind(shard)

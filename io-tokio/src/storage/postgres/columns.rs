@@ -1,7 +1,8 @@
 //! A group commit's records as columns: one array per column of the
 //! `executions` and `events` tables, bound as `$1`…`$21` of the statements
 //! that write them, and of the `idempotency` table (`UNNEST` turns them
-//! back into rows on the server).
+//! back into rows on the server); and the parts of those statements that
+//! turn the execution columns into rows and totals.
 
 use super::super::rows::{encode, finished_at, last_seq, owner, to_i64, type_of};
 use super::super::{Append, IdempotencyRecord, StorageError, Transaction};
@@ -9,6 +10,44 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::Postgres;
 use std::collections::BTreeMap;
+
+/// The `executions` upsert of the columns `$1`…`$15`, rows kept only
+/// where `filter` holds (`WHERE …`, or empty). What an execution is
+/// (workflow, version, parent, input, creation) never changes: only what
+/// it has become is set. While the status stays the same no indexed column
+/// changes, so the update is HOT.
+pub(super) fn upsert_executions(filter: &str) -> String {
+    format!(
+        "INSERT INTO executions (id, workflow, version, definition_hash, status, \
+         parent, input, output, error, created_at, updated_at, finished_at, last_seq, \
+         owner_node, owner_epoch) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+         $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::int8[], \
+         $13::int8[], $14::text[], $15::int8[]) {filter} \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, output = excluded.output, \
+         error = excluded.error, updated_at = excluded.updated_at, \
+         finished_at = excluded.finished_at, last_seq = excluded.last_seq, \
+         owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch"
+    )
+}
+
+/// The `changed` and `counted` parts of a statement that has a `before`
+/// part (the rows as they were): each status change among the columns
+/// `$1` and `$5`, where `filter` holds (`AND …`, or empty), added to the
+/// per-status totals in shard `$22`.
+pub(super) fn add_to_counts(filter: &str) -> String {
+    format!(
+        "changed AS (SELECT w.status AS became, b.status AS was \
+         FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
+         LEFT JOIN before b ON b.id = w.id WHERE b.status IS DISTINCT FROM w.status {filter}), \
+         counted AS (INSERT INTO execution_counts (shard, status, n) \
+         SELECT $22, c.status, sum(c.n) FROM ( \
+         SELECT became AS status, 1 AS n FROM changed \
+         UNION ALL SELECT was, -1 FROM changed WHERE was IS NOT NULL) c \
+         GROUP BY c.status HAVING sum(c.n) <> 0 \
+         ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n)"
+    )
+}
 
 /// The arrays, in execution id order (the order rows are locked in).
 pub(super) struct Columns<'a> {

@@ -28,12 +28,13 @@
 
 use super::super::rows::unavailable;
 use super::super::{StorageError, Transaction};
-use super::columns::{Columns, Keys};
+use super::columns::{add_to_counts, upsert_executions, Columns, Keys};
 use super::in_doubt::Outcome;
 use super::{stored_rows, Rows};
 use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::Row;
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
 /// A commit connection's token: the row it moves and the value it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,45 +96,34 @@ pub(super) fn fits(tx: &Transaction) -> bool {
 /// holds. An event already stored fails the statement (a primary key
 /// violation), so a commit is never half written. Prepared once per
 /// connection, like `write_appends`.
-const STATEMENT: &str = "WITH tokened AS (INSERT INTO commit_tokens (writer, token) \
-     VALUES ($23, $24 + 1) ON CONFLICT (writer) DO UPDATE SET token = excluded.token, \
-     touched_at = now() WHERE commit_tokens.token = $24 RETURNING 1), \
-     before AS (SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
-     WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
-     verdict AS (SELECT EXISTS (SELECT 1 FROM tokened) AND NOT EXISTS ( \
-     SELECT 1 FROM UNNEST($1::text[], $25::int8[]) AS a(id, after_seq) \
-     LEFT JOIN before b ON b.id = a.id WHERE COALESCE(b.last_seq, 0) <> a.after_seq) AS go), \
-     written AS (INSERT INTO executions (id, workflow, version, definition_hash, status, \
-     parent, input, output, error, created_at, updated_at, finished_at, last_seq, \
-     owner_node, owner_epoch) \
-     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-     $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::int8[], $12::int8[], \
-     $13::int8[], $14::text[], $15::int8[]) WHERE (SELECT go FROM verdict) \
-     ON CONFLICT (id) DO UPDATE SET status = excluded.status, output = excluded.output, \
-     error = excluded.error, updated_at = excluded.updated_at, \
-     finished_at = excluded.finished_at, last_seq = excluded.last_seq, \
-     owner_node = excluded.owner_node, owner_epoch = excluded.owner_epoch), \
-     appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
-     SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
-     WHERE (SELECT go FROM verdict)), \
-     changed AS (SELECT w.status AS became, b.status AS was \
-     FROM UNNEST($1::text[], $5::text[]) AS w(id, status) \
-     LEFT JOIN before b ON b.id = w.id \
-     WHERE b.status IS DISTINCT FROM w.status AND (SELECT go FROM verdict)), \
-     counted AS (INSERT INTO execution_counts (shard, status, n) \
-     SELECT $22, c.status, sum(c.n) FROM ( \
-     SELECT became AS status, 1 AS n FROM changed \
-     UNION ALL SELECT was, -1 FROM changed WHERE was IS NOT NULL) c \
-     GROUP BY c.status HAVING sum(c.n) <> 0 \
-     ON CONFLICT (shard, status) DO UPDATE SET n = execution_counts.n + excluded.n), \
-     keyed AS (INSERT INTO idempotency (scope, key, fingerprint, status, body, expires_at) \
-     SELECT * FROM UNNEST($26::text[], $27::text[], $28::text[], $29::int4[], $30::text[], \
-     $31::int8[]) WHERE (SELECT go FROM verdict) \
-     ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
-     status = excluded.status, body = excluded.body, expires_at = excluded.expires_at) \
-     SELECT id, last_seq, owner_node, owner_epoch FROM before \
-     UNION ALL SELECT NULL, (SELECT count(*) FROM tokened), NULL, \
-     (SELECT CASE WHEN go THEN 1::int8 ELSE 0 END FROM verdict)";
+static STATEMENT: LazyLock<String> = LazyLock::new(|| {
+    const GO: &str = "(SELECT go FROM verdict)";
+    format!(
+        "WITH tokened AS (INSERT INTO commit_tokens (writer, token) \
+         VALUES ($23, $24 + 1) ON CONFLICT (writer) DO UPDATE SET token = excluded.token, \
+         touched_at = now() WHERE commit_tokens.token = $24 RETURNING 1), \
+         before AS (SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
+         WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
+         verdict AS (SELECT EXISTS (SELECT 1 FROM tokened) AND NOT EXISTS ( \
+         SELECT 1 FROM UNNEST($1::text[], $25::int8[]) AS a(id, after_seq) \
+         LEFT JOIN before b ON b.id = a.id WHERE COALESCE(b.last_seq, 0) <> a.after_seq) AS go), \
+         written AS ({}), \
+         appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
+         SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
+         WHERE {GO}), \
+         {}, \
+         keyed AS (INSERT INTO idempotency (scope, key, fingerprint, status, body, expires_at) \
+         SELECT * FROM UNNEST($26::text[], $27::text[], $28::text[], $29::int4[], $30::text[], \
+         $31::int8[]) WHERE {GO} \
+         ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
+         status = excluded.status, body = excluded.body, expires_at = excluded.expires_at) \
+         SELECT id, last_seq, owner_node, owner_epoch FROM before \
+         UNION ALL SELECT NULL, (SELECT count(*) FROM tokened), NULL, \
+         (SELECT CASE WHEN go THEN 1::int8 ELSE 0 END FROM verdict)",
+        upsert_executions(&format!("WHERE {GO}")),
+        add_to_counts(&format!("AND {GO}")),
+    )
+});
 
 /// Writes `columns` and `keys` (all of a transaction that [`fits`]) with
 /// `token`, adding to the per-status totals in `shard`.
@@ -145,7 +135,7 @@ pub(super) async fn write(
     shard: &str,
     token: &Token,
 ) -> Answer {
-    let query = sqlx::query(STATEMENT).persistent(true);
+    let query = sqlx::query(STATEMENT.as_str()).persistent(true);
     let query = columns
         .bind(query, checked)
         .bind(shard)
