@@ -48,7 +48,8 @@ pub struct PostgresOptions {
     /// (`--commits-in-flight`), so that they are written at the same time.
     pub writers: u32,
     /// How soon after its last commit a commit connection still writes a
-    /// group commit of appends alone as one statement (see
+    /// group commit of appends (and idempotency records) as one statement
+    /// (see
     /// `one_statement`); after a longer pause it begins a transaction
     /// first, which tells a connection the database ended meanwhile from
     /// a commit lost on its way. Zero: never one statement.
