@@ -27,12 +27,28 @@ fn tx(id: &str, after: u64, last: u64) -> Transaction {
 
 #[tokio::test]
 async fn a_deposed_leaders_write_is_fenced_and_applies_nothing() {
+    deposed_leader(PostgresOptions::new("").warm).await;
+}
+
+/// The same with every commit written as one statement, which reads the
+/// lease row itself.
+#[tokio::test]
+async fn a_deposed_leaders_one_statement_commit_is_fenced_and_applies_nothing() {
+    deposed_leader(Duration::from_secs(3600)).await;
+}
+
+/// A leader's term ends while it is silent; its next write is refused and
+/// the next leader writes on. Commit connections warm for `warm`.
+async fn deposed_leader(warm: Duration) {
     let Some(db) = ScratchDatabase::create("lease").await else {
         return;
     };
-    let pg = PostgresStore::open(&PostgresOptions::new(db.url()))
-        .await
-        .unwrap();
+    let pg = PostgresStore::open(&PostgresOptions {
+        warm,
+        ..PostgresOptions::new(db.url())
+    })
+    .await
+    .unwrap();
     let lease = lease::Postgres::connect(db.url(), Duration::from_secs(5)).unwrap();
     let before = lease.read().await.unwrap();
     assert_eq!((before.holder.as_str(), before.epoch), ("", 0));

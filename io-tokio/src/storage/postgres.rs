@@ -305,15 +305,23 @@ impl PostgresStore {
         let mut replaced = false;
         loop {
             let token = held.token().clone();
+            let term = self.fence.as_ref().map(|f| (f.node_id(), f.epoch()));
+            let conn = held.conn()?;
             let answer =
-                one_statement::write(held.conn()?, &columns, &keys, &checked, shard, &token).await;
+                one_statement::write(conn, &columns, &keys, &checked, shard, &token, term).await;
             match answer {
                 one_statement::Answer::Written => {
                     held.advance_token();
                     return Ok(());
                 }
-                one_statement::Answer::Kept(before) => {
+                one_statement::Answer::Kept(before, lease) => {
                     held.advance_token();
+                    if let Some(fence) = &self.fence {
+                        // Refused, and the term deposed, unless the lease
+                        // row still names it (no row: not this term's).
+                        let (holder, epoch) = lease.unwrap_or_default();
+                        fence.judge(&holder, epoch)?;
+                    }
                     let stored = |id: &str| {
                         before.get(id).map(|(last_seq, node_id, epoch)| Owner {
                             last_seq: *last_seq,
@@ -878,7 +886,7 @@ impl Storage for PostgresStore {
         // An idle connection takes `BEGIN` first: a connection that broke
         // while idle fails there, before anything was sent, which a lone
         // statement's failure could not tell from a failure while it ran.
-        if self.fence.is_none() && held.warm() && one_statement::fits(tx) {
+        if held.warm() && one_statement::fits(tx) {
             return self.commit_in_one_statement(held, tx, &shard).await;
         }
         let doubt = Self::begin(&mut held).await?;

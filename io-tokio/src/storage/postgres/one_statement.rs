@@ -1,5 +1,5 @@
 //! A group commit in one statement, for the common case: appends (with
-//! idempotency records or not), on a single node.
+//! idempotency records or not) on a single server or a leader.
 //!
 //! A commit otherwise takes three round trips to PostgreSQL: `BEGIN` (with
 //! the transaction's id, for settling a lost `COMMIT`), the write, and
@@ -22,11 +22,15 @@
 //! finishes first. A fenced token is never used again: the connection's
 //! slot takes a new one.
 //!
+//! Under a leader lease (`--cluster`) the statement also reads the lease
+//! row `FOR SHARE` and writes only if it still names this server's term,
+//! as the transaction's fence check does.
+//!
 //! What does not fit — the task queue and inbox entries (shared mode),
-//! definitions, ownership fences, a leader lease, an execution appended
-//! twice — takes the transaction with `BEGIN` and `COMMIT`.
+//! definitions, ownership fences, an execution appended twice — takes the
+//! transaction with `BEGIN` and `COMMIT`.
 
-use super::super::rows::unavailable;
+use super::super::rows::{to_i64, to_u64, unavailable};
 use super::super::{StorageError, Transaction};
 use super::columns::{add_to_counts, upsert_executions, Columns, Keys};
 use super::in_doubt::Outcome;
@@ -59,9 +63,11 @@ impl Token {
 pub(super) enum Answer {
     /// Every append passed the rule and was written; the token moved.
     Written,
-    /// Some append failed the rule: nothing was written but the token's
-    /// step. The rows as they were, to name the executions.
-    Kept(Rows),
+    /// Some append failed the rule, or the lease names another term:
+    /// nothing was written but the token's step. The rows as they were, to
+    /// name the executions, and the lease row's holder and epoch when the
+    /// store is fenced.
+    Kept(Rows, Option<(String, u64)>),
     /// Nothing was written, the token did not move: the statement failed
     /// (`Conflict` when an event was already stored, `Unavailable`
     /// otherwise), or it found its token fenced.
@@ -70,8 +76,7 @@ pub(super) enum Answer {
     Lost(String),
 }
 
-/// Whether `tx` can be written in one statement (the caller also checks
-/// that no leader lease fences the store).
+/// Whether `tx` can be written in one statement.
 pub(super) fn fits(tx: &Transaction) -> bool {
     let mut ids = BTreeSet::new();
     !tx.appends.is_empty()
@@ -89,8 +94,9 @@ pub(super) fn fits(tx: &Transaction) -> bool {
         })
 }
 
-/// The statement: the token's step, the rows locked and read as they were
-/// (all parts of a statement see one snapshot), the verdict, and the
+/// The statement: the token's step, the lease row (only when `$32` names
+/// a term), the rows locked and read as they were (all parts of a
+/// statement see one snapshot), the verdict, and the
 /// writes of `write_appends` and `write_idempotency` (a single node
 /// replaces any record), each only if the token moved and the verdict
 /// holds. An event already stored fails the statement (a primary key
@@ -102,10 +108,14 @@ static STATEMENT: LazyLock<String> = LazyLock::new(|| {
         "WITH tokened AS (INSERT INTO commit_tokens (writer, token) \
          VALUES ($23, $24 + 1) ON CONFLICT (writer) DO UPDATE SET token = excluded.token, \
          touched_at = now() WHERE commit_tokens.token = $24 RETURNING 1), \
+         lease AS (SELECT holder, epoch FROM cluster_lease \
+         WHERE id = 1 AND $32::text IS NOT NULL FOR SHARE), \
          before AS (SELECT id, last_seq, owner_node, owner_epoch, status FROM executions \
          WHERE id = ANY($16) ORDER BY id FOR UPDATE), \
-         verdict AS (SELECT EXISTS (SELECT 1 FROM tokened) AND NOT EXISTS ( \
-         SELECT 1 FROM UNNEST($1::text[], $25::int8[]) AS a(id, after_seq) \
+         verdict AS (SELECT EXISTS (SELECT 1 FROM tokened) \
+         AND ($32::text IS NULL OR EXISTS (SELECT 1 FROM lease \
+         WHERE holder = $32::text AND epoch = $33::int8)) \
+         AND NOT EXISTS (SELECT 1 FROM UNNEST($1::text[], $25::int8[]) AS a(id, after_seq) \
          LEFT JOIN before b ON b.id = a.id WHERE COALESCE(b.last_seq, 0) <> a.after_seq) AS go), \
          written AS ({}), \
          appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
@@ -117,16 +127,18 @@ static STATEMENT: LazyLock<String> = LazyLock::new(|| {
          $31::int8[]) WHERE {GO} \
          ON CONFLICT (scope, key) DO UPDATE SET fingerprint = excluded.fingerprint, \
          status = excluded.status, body = excluded.body, expires_at = excluded.expires_at) \
-         SELECT id, last_seq, owner_node, owner_epoch FROM before \
+         SELECT id, last_seq, owner_node, owner_epoch, NULL::text, NULL::int8 FROM before \
          UNION ALL SELECT NULL, (SELECT count(*) FROM tokened), NULL, \
-         (SELECT CASE WHEN go THEN 1::int8 ELSE 0 END FROM verdict)",
+         (SELECT CASE WHEN go THEN 1::int8 ELSE 0 END FROM verdict), \
+         (SELECT holder FROM lease), (SELECT epoch FROM lease)",
         upsert_executions(&format!("WHERE {GO}")),
         add_to_counts(&format!("AND {GO}")),
     )
 });
 
 /// Writes `columns` and `keys` (all of a transaction that [`fits`]) with
-/// `token`, adding to the per-status totals in `shard`.
+/// `token`, adding to the per-status totals in `shard`, under the term
+/// `(node id, epoch)` of a leader lease if there is one.
 pub(super) async fn write(
     conn: &mut PgConnection,
     columns: &Columns<'_>,
@@ -134,6 +146,7 @@ pub(super) async fn write(
     checked: &[String],
     shard: &str,
     token: &Token,
+    term: Option<(&str, u64)>,
 ) -> Answer {
     let query = sqlx::query(STATEMENT.as_str()).persistent(true);
     let query = columns
@@ -142,7 +155,11 @@ pub(super) async fn write(
         .bind(&token.key)
         .bind(token.value)
         .bind(&columns.after_seqs);
-    let rows = match keys.bind(query).fetch_all(conn).await {
+    let query = keys
+        .bind(query)
+        .bind(term.map(|(node, _)| node))
+        .bind(term.map(|(_, epoch)| to_i64(epoch)));
+    let rows = match query.fetch_all(conn).await {
         Ok(rows) => rows,
         Err(e) => return failed(e, columns),
     };
@@ -150,10 +167,20 @@ pub(super) async fn write(
     // the others are the rows as they were.
     let mut before = Vec::with_capacity(rows.len());
     let mut verdict = None;
+    let mut lease = None;
     for row in rows {
         match row.try_get::<Option<&str>, _>(0) {
             Ok(Some(_)) => before.push(row),
-            Ok(None) => verdict = Some((row.try_get::<i64, _>(1), row.try_get::<i64, _>(3))),
+            Ok(None) => {
+                verdict = Some((row.try_get::<i64, _>(1), row.try_get::<i64, _>(3)));
+                lease = match (
+                    row.try_get::<Option<String>, _>(4),
+                    row.try_get::<Option<i64>, _>(5),
+                ) {
+                    (Ok(Some(holder)), Ok(Some(epoch))) => Some((holder, to_u64(epoch))),
+                    _ => None,
+                };
+            }
             // The statement committed whatever its answer says: an answer
             // that cannot be read leaves the outcome to settle.
             Err(e) => return Answer::Lost(e.to_string()),
@@ -162,7 +189,7 @@ pub(super) async fn write(
     match verdict {
         Some((Ok(1), Ok(1))) => Answer::Written,
         Some((Ok(1), Ok(0))) => match stored_rows(&before) {
-            Ok(rows) => Answer::Kept(rows),
+            Ok(rows) => Answer::Kept(rows, lease),
             Err(e) => Answer::Lost(e.to_string()),
         },
         Some((Ok(0), _)) => Answer::Refused(StorageError::Unavailable(
