@@ -7,7 +7,8 @@
 //! round trip waits for both processes to be scheduled, and a commit spent
 //! more time waiting on them than writing. Here the statement judges the
 //! rule itself (each execution's stored `last_seq` against the append's
-//! `after_seq`) and writes only if every append passes; sent outside a
+//! `after_seq`, and a fenced append's term against the row's owner) and
+//! writes only if every append passes; sent outside a
 //! transaction block, it commits as it ends: one round trip.
 //!
 //! Settling a lost answer needs a different witness, since the
@@ -26,9 +27,9 @@
 //! row `FOR SHARE` and writes only if it still names this server's term,
 //! as the transaction's fence check does.
 //!
-//! What does not fit — the task queue and inbox entries (shared mode),
-//! definitions, ownership fences, an execution appended twice — takes the
-//! transaction with `BEGIN` and `COMMIT`.
+//! What does not fit — the task queue, inbox entries and node contact
+//! rows (shared mode), definitions, an execution appended twice — takes
+//! the transaction with `BEGIN` and `COMMIT`.
 
 use super::super::rows::{to_i64, to_u64, unavailable};
 use super::super::{StorageError, Transaction};
@@ -85,7 +86,8 @@ pub(super) fn fits(tx: &Transaction) -> bool {
         && tx.queue.is_empty()
         && tx.inbox_consumed.is_empty()
         && tx.appends.iter().all(|a| {
-            a.fence.is_none()
+            // The statement tells a fenced append by its owner node.
+            a.fence.as_ref().is_none_or(|f| !f.node_id.is_empty())
                 && ids.insert(a.execution_id.as_str())
                 && a.events
                     .iter()
@@ -115,8 +117,11 @@ static STATEMENT: LazyLock<String> = LazyLock::new(|| {
          verdict AS (SELECT EXISTS (SELECT 1 FROM tokened) \
          AND ($32::text IS NULL OR EXISTS (SELECT 1 FROM lease \
          WHERE holder = $32::text AND epoch = $33::int8)) \
-         AND NOT EXISTS (SELECT 1 FROM UNNEST($1::text[], $25::int8[]) AS a(id, after_seq) \
-         LEFT JOIN before b ON b.id = a.id WHERE COALESCE(b.last_seq, 0) <> a.after_seq) AS go), \
+         AND NOT EXISTS (SELECT 1 FROM UNNEST($1::text[], $25::int8[], $14::text[], $15::int8[]) \
+         AS a(id, after_seq, node, epoch) LEFT JOIN before b ON b.id = a.id \
+         WHERE COALESCE(b.last_seq, 0) <> a.after_seq OR (a.node <> '' \
+         AND (COALESCE(b.owner_epoch, 0) > a.epoch OR (COALESCE(b.owner_node, '') NOT IN ('', a.node) \
+         AND COALESCE(b.owner_epoch, 0) >= a.epoch)))) AS go), \
          written AS ({}), \
          appended AS (INSERT INTO events (execution_id, seq, at, type, body) \
          SELECT * FROM UNNEST($17::text[], $18::int8[], $19::int8[], $20::text[], $21::text[]) \
