@@ -217,18 +217,32 @@ async fn unreachable_database_is_unavailable_and_applies_nothing() {
 /// The database ends every connection while the store is idle (a restart,
 /// an administrator): the next commit finds its kept connection broken
 /// before it has begun anything, and goes through on a fresh one.
+///
+/// Warm (its last commit a moment ago), the connection takes no `BEGIN`:
+/// the lone statement's failure is settled by its commit token, found not
+/// to have landed, and the commit goes through on a fresh connection too.
 #[tokio::test]
 async fn a_commit_connection_ended_while_idle_is_replaced_and_the_commit_lands() {
-    let Some(db) = ScratchDatabase::create("idle").await else {
-        return;
-    };
-    let store = open(&db).await;
-    store.commit(&tx(vec![append("x", 0, 1)])).await.unwrap();
-    db.block_connections().await;
-    db.allow_connections().await;
-    store.commit(&tx(vec![append("x", 1, 2)])).await.unwrap();
-    assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 2);
-    store.close().await;
+    for warm in [
+        std::time::Duration::ZERO,
+        std::time::Duration::from_secs(3600),
+    ] {
+        let Some(db) = ScratchDatabase::create("idle").await else {
+            return;
+        };
+        let store = PostgresStore::open(&PostgresOptions {
+            warm,
+            ..PostgresOptions::new(db.url())
+        })
+        .await
+        .unwrap();
+        store.commit(&tx(vec![append("x", 0, 1)])).await.unwrap();
+        db.block_connections().await;
+        db.allow_connections().await;
+        store.commit(&tx(vec![append("x", 1, 2)])).await.unwrap();
+        assert_eq!(store.history("x", 0, 10).await.unwrap().len(), 2);
+        store.close().await;
+    }
 }
 
 /// A group commit of appends (and idempotency records) on a warm
