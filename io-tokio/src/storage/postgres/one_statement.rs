@@ -98,9 +98,9 @@ pub(super) fn fits(tx: &Transaction) -> bool {
 
 /// The statement: the token's step, the lease row (only when `$32` names
 /// a term), the rows locked and read as they were (all parts of a
-/// statement see one snapshot), the verdict, and the
-/// writes of `write_appends` and `write_idempotency` (a single node
-/// replaces any record), each only if the token moved and the verdict
+/// statement see one snapshot), the verdict, and the writes of
+/// `write_appends` and `write_idempotency` (outside shared mode a record
+/// replaces any other), each only if the token moved and the verdict
 /// holds. An event already stored fails the statement (a primary key
 /// violation), so a commit is never half written. Prepared once per
 /// connection, like `write_appends`.
