@@ -247,6 +247,43 @@ fn two_commits_fly_at_once_when_allowed() {
 }
 
 #[test]
+fn a_commit_reported_written_frees_its_slot_but_answers_only_when_durable() {
+    let mut h = Harness::new(1);
+    let a = h.start("a");
+    let b = h.start("b");
+    let first = h.take_commit();
+    assert!(h.commits.is_empty(), "one commit being written at most");
+    h.feed(NodeInput::Written { commit: first.id });
+    // Written, not yet durable: the next commit goes out, and "a" waits.
+    let second = h.take_commit();
+    assert_eq!(executions(&second), vec![vec!["b"]]);
+    assert!(!h.replies.contains_key(&a), "no reply before it is durable");
+    assert_eq!(h.node.commits_in_flight(), 2);
+    // A third start waits for the second to be written, not for the first
+    // to be durable.
+    let c = h.start("c");
+    assert!(h.commits.is_empty());
+    h.answer(&first, Ok(()));
+    assert_eq!(h.replies.get(&a), Some(&201));
+    assert!(h.commits.is_empty(), "the second is still being written");
+    // A late or repeated report for a commit already answered changes
+    // nothing.
+    h.feed(NodeInput::Written { commit: first.id });
+    assert!(h.commits.is_empty());
+    h.feed(NodeInput::Written { commit: second.id });
+    // "c", and the next batch of "a" (its timer, due once "a" was durable).
+    let third = h.take_commit();
+    assert_eq!(executions(&third), vec![vec!["c"], vec!["a"]]);
+    h.answer(&second, Ok(()));
+    assert_eq!(h.replies.get(&b), Some(&201));
+    assert!(!h.replies.contains_key(&c));
+    h.answer(&third, Ok(()));
+    assert_eq!(h.replies.get(&c), Some(&201));
+    h.settle();
+    assert!(h.node.is_idle());
+}
+
+#[test]
 fn a_conflict_fails_the_batches_it_names_and_recommits_the_others() {
     let mut h = Harness::new(1);
     h.start("a");

@@ -285,6 +285,11 @@ pub struct SimConfig {
     pub idempotency_ttl_ms: Millis,
     /// Group commits the node writes at once (production's default is 2).
     pub commits_in_flight: usize,
+    /// A commit the store applied is reported written first and durable a
+    /// moment later (SQLite's WAL sync after the write lock): the node may
+    /// start the next one in between. Single-server scenarios only, half
+    /// of their seeds (from a bit of the seed, so no other draw moves).
+    pub sync_after_write: bool,
     /// Nodes of a simulated `--cluster` (1: a single server, no lease).
     pub cluster_nodes: usize,
     /// The cluster's `--node-timeout`, in ms.
@@ -338,6 +343,7 @@ impl SimConfig {
             max_active_executions: None,
             idempotency_ttl_ms: 24 * 3600 * 1000,
             commits_in_flight: 2,
+            sync_after_write: false,
             cluster_nodes: 1,
             node_timeout_ms: 5_000,
             idle_evict_ms: Some(orbit_core::engine::IDLE_EVICT_MS),
@@ -636,6 +642,12 @@ impl SimConfig {
         if rng.chance(0.5) {
             c.carrying_workers = rng.between(1, c.workers as u64) as usize;
         }
+        // SQLite serves one server only; the paired runs of
+        // `eviction-invisible` keep their commits in lockstep.
+        c.sync_after_write = !matches!(
+            scenario,
+            Scenario::ClusterLeader | Scenario::ClusterShared | Scenario::EvictionInvisible
+        ) && (seed >> 7) & 1 == 1;
         c
     }
 
@@ -681,6 +693,7 @@ impl fmt::Display for SimConfig {
         }
         writeln!(f, "idempotency_ttl_ms = {}", self.idempotency_ttl_ms)?;
         writeln!(f, "commits_in_flight = {}", self.commits_in_flight)?;
+        writeln!(f, "sync_after_write = {}", self.sync_after_write)?;
         match self.idle_evict_ms {
             Some(ms) => writeln!(f, "idle_evict_ms = {ms}")?,
             None => writeln!(f, "idle_evict_ms = none")?,

@@ -73,6 +73,12 @@ pub(crate) enum Ev {
         inc: u64,
         commit: Arc<GroupCommit>,
     },
+    /// A commit applied and reported written becomes durable
+    /// ([`crate::SimConfig::sync_after_write`]).
+    CommitDurable {
+        inc: u64,
+        commit: Arc<GroupCommit>,
+    },
     ReloadDone {
         inc: u64,
         load: LoadId,
@@ -175,6 +181,7 @@ impl Ev {
             Ev::CreatesRefused { .. } => 22,
             Ev::Shared(_) => 23,
             Ev::ToServerTogether { .. } => 24,
+            Ev::CommitDurable { .. } => 25,
         }
     }
 }
@@ -544,6 +551,10 @@ impl World {
             Ev::CommitDone { inc, commit } => {
                 self.focus_inc(inc);
                 self.commit_done(inc, commit);
+            }
+            Ev::CommitDurable { inc, commit } => {
+                self.focus_inc(inc);
+                self.commit_durable(inc, commit);
             }
             Ev::CreatesRefused { inc, commit, stale } => {
                 self.focus_inc(inc);
@@ -1017,7 +1028,7 @@ impl World {
             .is_some_and(|s| !s.node.is_idle() || s.node.reads_open() > 0);
         node_busy
             || self.queue.values().any(|ev| {
-            matches!(ev, Ev::CommitDone { inc: i, .. } | Ev::ReloadDone { inc: i, .. } if *i == inc)
+            matches!(ev, Ev::CommitDone { inc: i, .. } | Ev::CommitDurable { inc: i, .. } | Ev::ReloadDone { inc: i, .. } if *i == inc)
         })
     }
 

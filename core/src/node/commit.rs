@@ -15,7 +15,8 @@ impl Node {
         if self.config.group_across_reads {
             self.write_creates_alone();
         }
-        if self.pending.is_empty() || self.in_flight.len() >= self.config.commits_in_flight {
+        let writing = self.in_flight.len() - self.written.len();
+        if self.pending.is_empty() || writing >= self.config.commits_in_flight {
             return;
         }
         let batches = self.pending.drain(..).collect();
@@ -67,6 +68,7 @@ impl Node {
         let Some(commit) = self.in_flight.remove(&id) else {
             return;
         };
+        self.written.remove(&id);
         let many = commit.batches.len() > 1;
         let results: Vec<(u64, StorageResult)> = match result {
             Ok(()) => commit

@@ -68,6 +68,12 @@ pub enum NodeInput {
         /// The request.
         id: RequestId,
     },
+    /// A group commit is written and waits only to be durable: it no
+    /// longer takes one of the commit slots.
+    Written {
+        /// The commit.
+        commit: CommitId,
+    },
     /// A group commit finished: its one outcome.
     Committed {
         /// The commit.

@@ -27,7 +27,7 @@ pub use stats::{FailureCount, NodeStats};
 
 use crate::engine::{Batch, Effect, Engine, Input};
 use crate::history::Millis;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// Settings of a [`Node`].
@@ -35,7 +35,9 @@ use std::sync::Arc;
 pub struct NodeConfig {
     /// Transactions written at once (at least 1). The engine keeps the
     /// batches of concurrent commits disjoint, so any value is safe; more
-    /// overlap storage with the engine's work but make groups smaller.
+    /// overlap storage with the engine's work but make groups smaller. A
+    /// commit the store reported [`NodeInput::Written`] (it waits only
+    /// for the disk) no longer counts.
     pub commits_in_flight: usize,
     /// How often the engine is ticked even without a `WakeAt`.
     pub tick_ms: Millis,
@@ -81,6 +83,9 @@ pub struct Node {
     pending: VecDeque<Batch>,
     /// Group commits being written.
     in_flight: BTreeMap<CommitId, Arc<GroupCommit>>,
+    /// Commits of `in_flight` the store reported written (waiting only to
+    /// be durable): they hold no commit slot.
+    written: BTreeSet<CommitId>,
     next_commit: CommitId,
     loads: reload::Loads,
     /// When the engine asked to be ticked.
@@ -108,6 +113,7 @@ impl Node {
             out: Vec::new(),
             pending: VecDeque::new(),
             in_flight: BTreeMap::new(),
+            written: BTreeSet::new(),
             next_commit: 1,
             loads: reload::Loads::default(),
             engine_wake: None,
@@ -144,6 +150,11 @@ impl Node {
                 self.engine_input(now, Input::Requests { requests })
             }
             NodeInput::Abandoned { id } => self.engine_input(now, Input::Abandoned { id }),
+            NodeInput::Written { commit } => {
+                if self.in_flight.contains_key(&commit) {
+                    self.written.insert(commit);
+                }
+            }
             NodeInput::Committed { commit, result } => self.committed(now, commit, result),
             NodeInput::Loaded { load, result } => self.loaded(now, load, result),
             NodeInput::Fetched { load, result } => self.fetched(now, load, result),
@@ -193,7 +204,8 @@ impl Node {
         self.loads.open_count()
     }
 
-    /// Group commits being written now.
+    /// Group commits not answered yet: being written, or written and
+    /// waiting to be durable.
     pub fn commits_in_flight(&self) -> usize {
         self.in_flight.len()
     }

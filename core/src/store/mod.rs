@@ -62,6 +62,18 @@ pub enum StorageError {
 pub trait Storage: Send + Sync {
     /// Applies `tx` atomically: every part of it, or nothing.
     async fn commit(&self, tx: &Transaction) -> Result<(), StorageError>;
+    /// [`Storage::commit`], calling `written` once the transaction holds
+    /// none of the store's write resources any more and waits only to be
+    /// durable (SQLite: its frames are in the WAL, the sync is to come). A
+    /// store whose commits are durable when written never calls it.
+    async fn commit_signalling(
+        &self,
+        tx: &Transaction,
+        written: &(dyn Fn() + Send + Sync),
+    ) -> Result<(), StorageError> {
+        let _ = written;
+        self.commit(tx).await
+    }
     /// Every registered definition, oldest first.
     async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError>;
     /// Every non-terminal execution with its full history (for recovery).

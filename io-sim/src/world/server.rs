@@ -342,7 +342,12 @@ impl World {
             match io {
                 Io::Commit(commit) => {
                     let in_flight = self.queue.values().filter_map(|ev| match ev {
-                        Ev::CommitDone { inc: i, commit } if *i == inc => Some(&**commit),
+                        Ev::CommitDone { inc: i, commit }
+                        | Ev::CommitDurable { inc: i, commit }
+                            if *i == inc =>
+                        {
+                            Some(&**commit)
+                        }
                         _ => None,
                     });
                     if let Err(v) = crate::check::writer::one_batch_in_flight(&commit, in_flight) {
@@ -493,6 +498,22 @@ impl World {
 
     /// A group commit reaches the store: a fault strikes all of it, or the
     /// store applies it whole (or refuses it with a `Conflict`).
+    /// A commit reported written is durable: the node gets its outcome.
+    /// One the server crashed before is durable too, as a SQLite commit
+    /// is once written: the process died, the operating system did not.
+    pub(super) fn commit_durable(&mut self, inc: u64, commit: Arc<GroupCommit>) {
+        if self.server().is_none_or(|s| s.inc != inc) {
+            return;
+        }
+        self.feed(NodeInput::Committed {
+            commit: commit.id,
+            result: Ok(()),
+        });
+        for b in &commit.batches {
+            self.check_live(b);
+        }
+    }
+
     pub(super) fn commit_done(&mut self, inc: u64, commit: Arc<GroupCommit>) {
         if self.server().is_none_or(|s| s.inc != inc) {
             // A deposed leader's write still reaches the database, where
@@ -591,6 +612,15 @@ impl World {
         }
         let fenced = self.cluster.is_some()
             && matches!(&result, Err(e) if *e == orbit_core::cluster::fence::refusal());
+        if applied && result.is_ok() && self.cfg.sync_after_write {
+            // Written now, durable a moment later: the node may start its
+            // next commit in between.
+            self.stats.fault("commit_written_before_durable");
+            self.feed(NodeInput::Written { commit: commit.id });
+            let sync = self.rng.between(0, 3);
+            self.at(sync, Ev::CommitDurable { inc, commit });
+            return;
+        }
         self.feed(NodeInput::Committed {
             commit: commit.id,
             result,

@@ -228,13 +228,17 @@ impl EventLoop {
                     let id = commit.id;
                     let node = self.fence_node.clone();
                     let writer = self.writer.clone();
+                    let inputs = self.inputs_tx.clone();
                     let handle = self.in_flight.spawn(async move {
                         let mut tx = convert::group_transaction(&commit.batches, &node);
                         tx.writer = writer;
                         // Commit latency is a duration on the monotonic
                         // clock, not a time the engine sees.
                         let started = Instant::now();
-                        let result = store.commit(&tx).await;
+                        let written = move || {
+                            let _ = inputs.send(NodeInput::Written { commit: id });
+                        };
+                        let result = store.commit_signalling(&tx, &written).await;
                         metrics
                             .commit_latency
                             .observe(started.elapsed().as_secs_f64());

@@ -324,15 +324,23 @@ fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
 #[async_trait]
 impl Storage for SqliteStore {
     async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
+        self.commit_signalling(tx, &|| {}).await
+    }
+
+    async fn commit_signalling(
+        &self,
+        tx: &Transaction,
+        written: &(dyn Fn() + Send + Sync),
+    ) -> Result<(), StorageError> {
         let mut held = self.writer.lock().await?;
         held.begun();
         // Two round trips to the writer's thread: BEGIN with the check's
         // read, then every write with COMMIT (see `writes`).
-        let written = match held.conn() {
+        let begun = match held.conn() {
             Ok(conn) => Self::begin(conn, tx).await,
             Err(e) => Err(e),
         };
-        let rows = match written.and_then(|stored| Rows::new(tx, &stored)) {
+        let rows = match begun.and_then(|stored| Rows::new(tx, &stored)) {
             Ok(rows) => rows,
             Err(err) => {
                 // Whether BEGIN had run or not, nothing was written.
@@ -353,6 +361,7 @@ impl Storage for SqliteStore {
                 held.ended();
                 let number = self.sync.written();
                 drop(held);
+                written();
                 self.sync.durable(number).await
             }
             Err(error) => Err(Self::failed_write(&mut held, &tx.appends, error).await),
@@ -736,6 +745,29 @@ mod tests {
         assert!(store.execution("new").await.unwrap().is_none());
         assert!(store.queue().await.unwrap().is_empty());
         assert_eq!(store.execution("a").await.unwrap().unwrap().last_seq, 2);
+    }
+
+    #[tokio::test]
+    async fn a_commit_reports_written_before_its_sync_and_a_refused_one_never() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        let seen = std::sync::Mutex::new(Vec::new());
+        let written = || seen.lock().unwrap().push(store.wal_syncs());
+        let t = Transaction {
+            appends: vec![append("a", 0, 2)],
+            ..Transaction::default()
+        };
+        let syncs = store.wal_syncs();
+        store.commit_signalling(&t, &written).await.unwrap();
+        // Called once, before the commit's own sync, which followed.
+        assert_eq!(*seen.lock().unwrap(), vec![syncs]);
+        assert_eq!(store.wal_syncs(), syncs + 1);
+        // The same append again is stale: refused, never written.
+        assert!(matches!(
+            store.commit_signalling(&t, &written).await,
+            Err(StorageError::Conflict { .. })
+        ));
+        assert_eq!(seen.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

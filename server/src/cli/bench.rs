@@ -6,6 +6,7 @@
 //! stderr.
 
 use crate::cli::common::parse_duration;
+use crate::cli::server::commits_in_flight;
 use orbit_core::engine::Config as EngineConfig;
 use orbit_io_tokio::driver;
 use orbit_server::bench::{self, history, recovery, sleepers, takeover, BenchError, Config};
@@ -86,9 +87,10 @@ pub struct Args {
     /// In-process server: how often time is fed to the engine, in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub tick_ms: u64,
-    /// In-process server: group commits written at once (`--commits-in-flight`).
-    #[arg(long, default_value_t = 2)]
-    pub commits_in_flight: usize,
+    /// In-process server: group commits written at once
+    /// (`--commits-in-flight`; default: 1 on SQLite, 2 on PostgreSQL).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub commits_in_flight: Option<u64>,
     /// Recovery: session timeout of the restarted server, the grace before
     /// the killed run's held tasks are handed out again (500ms, 5s, 1m).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -216,6 +218,10 @@ pub fn run(args: Args) -> ExitCode {
 
 /// The chain workload's configuration and in-process server options.
 fn chain_config(args: Args) -> (Config, driver::Options) {
+    let in_flight = commits_in_flight(
+        args.db.as_deref().unwrap_or("sqlite:"),
+        args.commits_in_flight,
+    );
     let config = Config {
         db: args.db,
         server: args.server,
@@ -235,7 +241,7 @@ fn chain_config(args: Args) -> (Config, driver::Options) {
             ..EngineConfig::default()
         },
         tick: std::time::Duration::from_millis(args.tick_ms.max(1)),
-        commits_in_flight: args.commits_in_flight.max(1),
+        commits_in_flight: usize::try_from(in_flight).unwrap_or(1),
         membership: None,
     };
     (config, options)

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::common::{parse_duration, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use super::run::{describe_error, wait_for};
-use super::server::{is_postgres, listen_addr, open_store};
+use super::server::{commits_in_flight, is_postgres, listen_addr, open_store};
 use crate::api::{self, AppState};
 use orbit_io_tokio::storage::claim;
 use orbit_sdk::{Client, SourceFile, StartOptions, Status, DEFAULT_SERVER};
@@ -177,18 +177,17 @@ impl Embedded {
         } else {
             None
         };
-        let store = open_store(
-            &args.db,
-            driver::Options::default().commits_in_flight as u64,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let in_flight = commits_in_flight(&args.db, None);
+        let store = open_store(&args.db, in_flight)
+            .await
+            .map_err(|e| e.to_string())?;
         let options = driver::Options {
             engine: Config {
                 session_timeout_ms: u64::try_from(args.session_timeout.as_millis())
                     .unwrap_or(u64::MAX),
                 ..Config::default()
             },
+            commits_in_flight: usize::try_from(in_flight).unwrap_or(1),
             ..driver::Options::default()
         };
         let driver = Driver::start(store, options)

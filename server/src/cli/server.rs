@@ -35,10 +35,12 @@ pub struct Args {
     /// nothing, ever.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_active_executions: Option<u64>,
-    /// Group commits written at once: 2 overlaps the store with the engine;
-    /// 1 makes the fewest, largest transactions.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
-    pub commits_in_flight: u64,
+    /// Group commits written at once [default: 1 on SQLite, 2 on
+    /// PostgreSQL]. A SQLite commit waiting only for its WAL sync does not
+    /// count, so one keeps SQLite's single writer busy; PostgreSQL writes
+    /// each on a commit connection of its own.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub commits_in_flight: Option<u64>,
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY)]
     pub max_body: usize,
@@ -277,6 +279,14 @@ pub async fn open_store(
     }
 }
 
+/// Group commits written at once on the store `url` unless `--commits-in-flight`
+/// says otherwise: SQLite's one writer takes one at a time (the next starts
+/// while the last waits for its sync); PostgreSQL gets two commit
+/// connections.
+pub fn commits_in_flight(url: &str, flag: Option<u64>) -> u64 {
+    flag.unwrap_or(if is_postgres(url) { 2 } else { 1 })
+}
+
 /// Whether `url` names a PostgreSQL database.
 pub(super) fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres:") || url.starts_with("postgresql:")
@@ -316,7 +326,8 @@ fn driver_options(args: &Args) -> driver::Options {
             max_in_memory: (args.max_in_memory_executions > 0)
                 .then_some(args.max_in_memory_executions),
         },
-        commits_in_flight: usize::try_from(args.commits_in_flight).unwrap_or(1),
+        commits_in_flight: usize::try_from(commits_in_flight(&args.db, args.commits_in_flight))
+            .unwrap_or(1),
         ..driver::Options::default()
     }
 }
@@ -396,7 +407,11 @@ pub async fn serve(args: Args) -> Result<(), ServerError> {
     } else {
         None
     };
-    let store = open_store(&args.db, args.commits_in_flight).await?;
+    let store = open_store(
+        &args.db,
+        commits_in_flight(&args.db, args.commits_in_flight),
+    )
+    .await?;
     let driver = Driver::start(store, driver_options(&args)).await?;
     let state = AppState {
         driver: driver.clone(),
@@ -479,7 +494,11 @@ async fn serve_cluster(
     use orbit_io_tokio::storage::lease::{self, Store};
     use orbit_server::cluster::{self, supervisor, Node, NodeConfig};
     claim_as_member(&args.db).await?;
-    let pg = PostgresStore::open(&postgres_options(&args.db, args.commits_in_flight)).await?;
+    let pg = PostgresStore::open(&postgres_options(
+        &args.db,
+        commits_in_flight(&args.db, args.commits_in_flight),
+    ))
+    .await?;
     // Fail on a bad URL now, not at the first renewal.
     let lease = lease::Postgres::connect(&args.db, args.node_timeout / 4)?;
     lease.read().await?;
@@ -561,8 +580,13 @@ async fn serve_shared(
 ) -> Result<(), ServerError> {
     use orbit_server::cluster;
     claim_as_member(&args.db).await?;
-    let pg =
-        Arc::new(PostgresStore::open(&postgres_options(&args.db, args.commits_in_flight)).await?);
+    let pg = Arc::new(
+        PostgresStore::open(&postgres_options(
+            &args.db,
+            commits_in_flight(&args.db, args.commits_in_flight),
+        ))
+        .await?,
+    );
     let listener = bind(addr).await?;
     let bound = listener.local_addr()?;
     let member = orbit_core::node::Member {
