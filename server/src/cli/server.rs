@@ -721,3 +721,17 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::commits_in_flight;
+
+    #[test]
+    fn one_commit_written_at_a_time_on_sqlite_two_on_postgres_unless_told() {
+        assert_eq!(commits_in_flight("sqlite:///var/lib/orbit.db", None), 1);
+        assert_eq!(commits_in_flight("postgres://orbit@db/orbit", None), 2);
+        assert_eq!(commits_in_flight("postgresql://orbit@db/orbit", None), 2);
+        assert_eq!(commits_in_flight("sqlite:///var/lib/orbit.db", Some(3)), 3);
+        assert_eq!(commits_in_flight("postgres://orbit@db/orbit", Some(1)), 1);
+    }
+}
