@@ -27,9 +27,10 @@ use tokio::task::{self, JoinSet};
 
 type Loaded = (LoadId, Result<Vec<StoredExecution>, StorageError>);
 
-/// Transactions written concurrently by default (SQLite queues the second
-/// behind its single writer connection, but its preparation overlaps the
-/// first).
+/// Transactions written concurrently by default: PostgreSQL's two commit
+/// connections. `orbit server` sets 1 on SQLite, whose one writer takes a
+/// commit at a time; a SQLite commit waiting only for its WAL sync holds no
+/// slot, so the next is formed and written meanwhile.
 pub(super) const COMMITS_IN_FLIGHT: usize = 2;
 
 pub(super) struct EventLoop {
@@ -43,7 +44,8 @@ pub(super) struct EventLoop {
     writer: Option<orbit_core::store::Writer>,
     /// The members of the last successful beat (for `/v1/cluster`).
     members: super::Members,
-    /// Completions of shared-mode calls.
+    /// Inputs from the loop's own tasks: completions of shared-mode calls,
+    /// and commits the store reported written.
     inputs_tx: mpsc::UnboundedSender<NodeInput>,
     inputs_rx: mpsc::UnboundedReceiver<NodeInput>,
     commands: mpsc::UnboundedReceiver<Command>,

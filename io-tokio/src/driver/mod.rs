@@ -30,7 +30,9 @@ pub struct Options {
     pub tick: Duration,
     /// Group commits written at once (at least 1). The engine keeps the
     /// batches of concurrent commits disjoint, so any value is safe; more
-    /// overlap storage with the engine's work but make groups smaller.
+    /// overlap storage with the engine's work but make groups smaller. A
+    /// commit the store reported written (SQLite: waiting for its WAL sync)
+    /// does not count.
     pub commits_in_flight: usize,
     /// Shared cluster mode: this member and the shared database's calls
     /// (`None`: one server, or leader mode).
