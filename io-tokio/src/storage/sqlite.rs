@@ -13,6 +13,7 @@ use super::{
 use super::{ListPage, Purged};
 use async_trait::async_trait;
 
+mod one_call;
 mod reads;
 mod sync;
 mod writer;
@@ -25,6 +26,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use sync::WalSync;
@@ -59,6 +61,8 @@ pub struct SqliteStore {
     writer: Arc<Writer>,
     sync: Arc<WalSync>,
     readers: SqlitePool,
+    /// Commits judged in two calls (see [`SqliteStore::two_call_commits`]).
+    two_calls: Arc<AtomicU64>,
 }
 
 impl SqliteStore {
@@ -96,6 +100,7 @@ impl SqliteStore {
             writer: Arc::new(writer),
             sync: Arc::new(WalSync::new(wal_of)),
             readers,
+            two_calls: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -109,6 +114,14 @@ impl SqliteStore {
     /// at least once for each commit reported done since it opened.
     pub fn wal_syncs(&self) -> u64 {
         self.sync.syncs()
+    }
+
+    /// How many commits since the store opened took the two-call path:
+    /// those the one call cannot express, and those it refused or failed
+    /// (see `one_call`). Outside shared mode this stays 0 unless a commit
+    /// conflicts or SQLite refuses one.
+    pub fn two_call_commits(&self) -> u64 {
+        self.two_calls.load(Ordering::Relaxed)
     }
 
     /// The writer connection's `(journal_mode, synchronous)` pragmas, for
@@ -204,6 +217,20 @@ impl SqliteStore {
         Ok(statuses)
     }
 
+    /// After `COMMIT`: frees the writer, reports the commit written, and
+    /// returns once the WAL holding it is synced.
+    async fn written(
+        &self,
+        mut held: writer::Held<'_>,
+        written: &(dyn Fn() + Send + Sync),
+    ) -> Result<(), StorageError> {
+        held.ended();
+        let number = self.sync.written();
+        drop(held);
+        written();
+        self.sync.durable(number).await
+    }
+
     /// What a failed write-and-commit call means. If the transaction is
     /// still open, a statement before `COMMIT` failed (or `COMMIT` left it
     /// open): it is rolled back and nothing was applied. If SQLite has
@@ -294,6 +321,17 @@ impl SqliteStore {
     }
 }
 
+/// Whether `error` is SQLite's `SQLITE_BUSY` (any of its extended codes):
+/// the lock was held by another connection past the busy timeout.
+fn busy(error: &sqlx::Error) -> bool {
+    const SQLITE_BUSY: i32 = 5;
+    error
+        .as_database_error()
+        .and_then(|d| d.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == SQLITE_BUSY)
+}
+
 /// The executions appended to more than once in `appends`, or, if none
 /// is, all of them: those a unique-key clash can be between.
 fn appended_twice(appends: &[Append]) -> Vec<String> {
@@ -332,7 +370,35 @@ impl Storage for SqliteStore {
         tx: &Transaction,
         written: &(dyn Fn() + Send + Sync),
     ) -> Result<(), StorageError> {
+        // Encoded before the writer is taken.
+        let call = if one_call::fits(tx) {
+            Some(one_call::Call::new(tx)?)
+        } else {
+            None
+        };
         let mut held = self.writer.lock().await?;
+        if let Some(call) = call {
+            held.begun();
+            let error = match call.run(held.conn()?).await {
+                Ok(()) => return self.written(held, written).await,
+                Err(error) => error,
+            };
+            match held.roll_back().await {
+                // Nothing was written: judged again in two calls, which
+                // name the executions in conflict or meet the same error.
+                Rollback::Undone => {
+                    tracing::debug!(%error, "commit judged again in two calls");
+                }
+                // In WAL mode only `BEGIN IMMEDIATE` waits for another
+                // writer: busy with no transaction open, it never began.
+                Rollback::NotOpen if busy(&error) => return Err(unavailable(error)),
+                // SQLite ended the transaction itself: `COMMIT` may have run.
+                Rollback::NotOpen | Rollback::Failed => {
+                    return Err(StorageError::Ambiguous(error.to_string()))
+                }
+            }
+        }
+        self.two_calls.fetch_add(1, Ordering::Relaxed);
         held.begun();
         // Two round trips to the writer's thread: BEGIN with the check's
         // read, then every write with COMMIT (see `writes`).
@@ -357,13 +423,7 @@ impl Storage for SqliteStore {
             .execute(held.conn()?)
             .await;
         match result {
-            Ok(_) => {
-                held.ended();
-                let number = self.sync.written();
-                drop(held);
-                written();
-                self.sync.durable(number).await
-            }
+            Ok(_) => self.written(held, written).await,
             Err(error) => Err(Self::failed_write(&mut held, &tx.appends, error).await),
         }
     }
@@ -599,9 +659,20 @@ mod tests {
     use crate::storage::{Consumed, Fence};
     use serde_json::json;
 
-    async fn open(dir: &tempfile::TempDir) -> SqliteStore {
+    /// A store in `dir` (shared with the tests of the submodules).
+    pub(super) async fn open(dir: &tempfile::TempDir) -> SqliteStore {
         let url = format!("sqlite://{}", dir.path().join("orbit.db").display());
         SqliteStore::open(&SqliteOptions::new(url)).await.unwrap()
+    }
+
+    /// `append(id, after, upto)` written by `node` in `epoch`.
+    pub(super) fn fenced(id: &str, after: u64, upto: u64, node: &str, epoch: u64) -> Append {
+        let mut a = append(id, after, upto);
+        a.fence = Some(Fence {
+            node_id: node.to_owned(),
+            epoch,
+        });
+        a
     }
 
     fn enqueue(id: &str, unit: &str, at: u64) -> QueueOp {
@@ -713,25 +784,19 @@ mod tests {
     async fn a_conflict_names_every_execution_and_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir).await;
-        let mut owned = append("owned", 0, 1);
-        owned.fence = Some(Fence {
-            node_id: "n2".to_owned(),
-            epoch: 5,
-        });
         store
             .commit(&Transaction {
-                appends: vec![append("a", 0, 2), owned],
+                appends: vec![append("a", 0, 2), fenced("owned", 0, 1, "n2", 5)],
                 ..Transaction::default()
             })
             .await
             .unwrap();
-        let mut fenced = append("owned", 1, 2);
-        fenced.fence = Some(Fence {
-            node_id: "n1".to_owned(),
-            epoch: 4,
-        });
         let t = Transaction {
-            appends: vec![append("new", 0, 1), append("a", 1, 3), fenced],
+            appends: vec![
+                append("new", 0, 1),
+                append("a", 1, 3),
+                fenced("owned", 1, 2, "n1", 4),
+            ],
             queue: vec![enqueue("new", "u", 1)],
             ..Transaction::default()
         };

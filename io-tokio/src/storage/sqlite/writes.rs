@@ -110,7 +110,7 @@ const CHUNK_ROWS: usize = 128;
 type EventRow<'a> = (&'a str, i64, i64, String, String);
 
 /// Every event of every append, encoded.
-fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, StorageError> {
+pub(super) fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, StorageError> {
     let mut rows = Vec::with_capacity(appends.iter().map(|a| a.events.len()).sum());
     for append in appends {
         for event in append.events.iter() {
@@ -298,7 +298,9 @@ fn nonempty<T: serde::Serialize>(rows: &[T]) -> Result<Option<String>, StorageEr
 }
 
 /// New definitions; ones already registered are left as they are.
-fn definition_rows(definitions: &[DefinitionRecord]) -> Result<Option<String>, StorageError> {
+pub(super) fn definition_rows(
+    definitions: &[DefinitionRecord],
+) -> Result<Option<String>, StorageError> {
     let mut rows = Vec::with_capacity(definitions.len());
     for d in definitions {
         rows.push(serde_json::json!([
@@ -316,7 +318,9 @@ fn definition_rows(definitions: &[DefinitionRecord]) -> Result<Option<String>, S
 }
 
 /// Idempotency records; the last record for a `(scope, key)` wins.
-fn idempotency_rows(records: &[IdempotencyRecord]) -> Result<Option<String>, StorageError> {
+pub(super) fn idempotency_rows(
+    records: &[IdempotencyRecord],
+) -> Result<Option<String>, StorageError> {
     let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
     for r in records {
         last.insert((r.scope.as_str(), r.key.as_str()), r);
@@ -340,7 +344,9 @@ fn idempotency_rows(records: &[IdempotencyRecord]) -> Result<Option<String>, Sto
 /// Queue operations as the units removed and the rows enqueued: applied
 /// in order, the last operation on an `(execution, unit)` decides whether
 /// its row exists and what it holds.
-fn queue_rows(ops: &[QueueOp]) -> Result<(Option<String>, Option<String>), StorageError> {
+pub(super) fn queue_rows(
+    ops: &[QueueOp],
+) -> Result<(Option<String>, Option<String>), StorageError> {
     let last = rows::last_per_unit(ops);
     let mut removed = Vec::new();
     let mut enqueued = Vec::new();
