@@ -49,6 +49,35 @@ impl Owner<'_> {
     }
 }
 
+/// What the rule looks at in an append: a store that hands the writes to
+/// another thread keeps these instead of the appends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The execution appended to.
+    pub execution_id: String,
+    /// The append's `after_seq`.
+    pub after_seq: u64,
+    /// Its fence, if any.
+    pub fence: Option<Fence>,
+    /// Whether its events number `after_seq + 1, after_seq + 2, …`.
+    pub contiguous: bool,
+}
+
+impl From<&Append> for Claim {
+    fn from(a: &Append) -> Self {
+        Claim {
+            execution_id: a.execution_id.clone(),
+            after_seq: a.after_seq,
+            fence: a.fence.clone(),
+            contiguous: a
+                .events
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.seq == a.after_seq + 1 + i as u64),
+        }
+    }
+}
+
 /// Applies the rule to `appends` alone; `stored` answers what the store
 /// holds for an execution (`None` when it has no row).
 pub fn check_appends<'a>(
@@ -67,6 +96,17 @@ pub fn check<'a, 'b>(
     stored: impl Fn(&str) -> Option<Owner<'a>>,
     entry: impl Fn(i64) -> Option<&'b str>,
 ) -> Result<(), StorageError> {
+    let claims: Vec<Claim> = appends.iter().map(Claim::from).collect();
+    check_claims(&claims, consumed, stored, entry)
+}
+
+/// [`check`], over what the rule looks at in each append.
+pub fn check_claims<'a, 'b>(
+    claims: &[Claim],
+    consumed: &[Consumed],
+    stored: impl Fn(&str) -> Option<Owner<'a>>,
+    entry: impl Fn(i64) -> Option<&'b str>,
+) -> Result<(), StorageError> {
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     let mut fenced: Vec<String> = Vec::new();
     let mut stale: Vec<String> = Vec::new();
@@ -75,7 +115,7 @@ pub fn check<'a, 'b>(
             list.push(id.to_owned());
         }
     };
-    for a in appends {
+    for a in claims {
         let id = a.execution_id.as_str();
         if !seen.insert(id) {
             name(&mut stale, id);
@@ -86,12 +126,7 @@ pub fn check<'a, 'b>(
             name(&mut fenced, id);
             continue;
         }
-        let contiguous = a
-            .events
-            .iter()
-            .enumerate()
-            .all(|(i, e)| e.seq == a.after_seq + 1 + i as u64);
-        if row.last_seq != a.after_seq || !contiguous {
+        if row.last_seq != a.after_seq || !a.contiguous {
             name(&mut stale, id);
         }
     }

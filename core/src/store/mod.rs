@@ -18,7 +18,7 @@ pub mod page;
 mod records;
 pub mod shared;
 
-pub use conflict::{check, check_appends, Owner};
+pub use conflict::{check, check_appends, check_claims, Claim, Owner};
 pub use page::ListPage;
 pub use records::{
     Append, Consumed, DefinitionRecord, ExecutionRow, Fence, IdempotencyRecord, ListFilter,

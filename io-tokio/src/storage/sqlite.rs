@@ -1,37 +1,37 @@
-//! The SQLite backend: WAL, one writer connection (its WAL synced by the
-//! store before a commit is reported done, see `sync`) and a pool of
-//! readers, versioned migrations run at open, one transaction per commit.
+//! The SQLite backend: WAL, one writer at a time (commits on a connection
+//! of their own, see `committer`; their WAL synced by the store before a
+//! commit is reported done, see `sync`) and a pool of readers, versioned
+//! migrations run at open, one transaction per commit.
 
 use super::rows::{
     self, decode, encode, execution_row, to_i64, to_u64, unavailable, EXECUTION_COLUMNS,
 };
-use super::{check, Owner, Storage, StorageError};
 use super::{
-    Append, DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp,
-    StoredExecution, Transaction,
+    DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp, StoredExecution,
+    Transaction,
 };
 use super::{ListPage, Purged};
+use super::{Storage, StorageError};
 use async_trait::async_trait;
 
-mod one_call;
+mod committer;
 mod reads;
 mod sync;
 mod writer;
 mod writes;
+use committer::Committer;
 use orbit_core::history::Event;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite};
-use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use sync::WalSync;
 use writer::{Rollback, Writer};
-use writes::Rows;
+use writes::Commit;
 
 /// How to open a SQLite store.
 #[derive(Debug, Clone)]
@@ -58,11 +58,13 @@ impl SqliteOptions {
 /// A store in one SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// The sqlx writer connection (migrations, retention) and the write
+    /// lock every writer takes, commits included.
     writer: Arc<Writer>,
+    /// The connection commits are written on (see `committer`).
+    committer: Arc<Committer>,
     sync: Arc<WalSync>,
     readers: SqlitePool,
-    /// Commits judged in two calls (see [`SqliteStore::two_call_commits`]).
-    two_calls: Arc<AtomicU64>,
 }
 
 impl SqliteStore {
@@ -98,9 +100,9 @@ impl SqliteStore {
             .map_err(unavailable)?;
         Ok(SqliteStore {
             writer: Arc::new(writer),
+            committer: Arc::new(Committer::open(wal_of.clone(), options.busy_timeout)?),
             sync: Arc::new(WalSync::new(wal_of)),
             readers,
-            two_calls: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -108,20 +110,13 @@ impl SqliteStore {
     pub async fn close(&self) {
         self.readers.close().await;
         self.writer.close().await;
+        let _ = self.committer.run(|link| link.close()).await;
     }
 
     /// How many times the store has synced the WAL itself (see `sync`):
     /// at least once for each commit reported done since it opened.
     pub fn wal_syncs(&self) -> u64 {
         self.sync.syncs()
-    }
-
-    /// How many commits since the store opened took the two-call path:
-    /// those the one call cannot express, and those it refused or failed
-    /// (see `one_call`). Outside shared mode this stays 0 unless a commit
-    /// conflicts or SQLite refuses one.
-    pub fn two_call_commits(&self) -> u64 {
-        self.two_calls.load(Ordering::Relaxed)
     }
 
     /// The writer connection's `(journal_mode, synchronous)` pragmas, for
@@ -138,125 +133,6 @@ impl SqliteStore {
             .await
             .map_err(unavailable)?;
         Ok((journal, sync))
-    }
-
-    /// `BEGIN IMMEDIATE` and the stored rows of every execution `tx`
-    /// appends to or consumes inbox entries of, in one round trip; then
-    /// (one more when `tx` consumes inbox entries) the entries. Every
-    /// append and entry is judged by the shared conflict rule ([`check`]),
-    /// so a conflict names all the executions concerned and nothing is
-    /// written. Returns the stored status of each execution that has a
-    /// row. On an error the transaction may be open: the caller rolls back.
-    async fn begin(
-        conn: &mut sqlx::SqliteConnection,
-        tx: &Transaction,
-    ) -> Result<BTreeMap<String, String>, StorageError> {
-        let ids: BTreeSet<&str> = tx
-            .appends
-            .iter()
-            .map(|a| a.execution_id.as_str())
-            .chain(tx.inbox_consumed.iter().map(|c| c.execution_id.as_str()))
-            .collect();
-        if ids.is_empty() {
-            sqlx::query("BEGIN IMMEDIATE")
-                .execute(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            return Ok(BTreeMap::new());
-        }
-        let rows = sqlx::query(
-            "BEGIN IMMEDIATE; \
-             SELECT json_group_array(json_array(id, last_seq, owner_node, owner_epoch, status)) \
-             FROM executions WHERE id IN (SELECT value FROM json_each(?))",
-        )
-        .bind(encode(&ids)?)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        // One row holding them all: each row of a result is a message from
-        // the writer's thread, and this read is on every commit's path.
-        let stored: Vec<(String, u64, String, u64, String)> = match rows.first() {
-            Some(r) => decode(&r.try_get::<String, _>(0).map_err(unavailable)?)?,
-            None => Vec::new(),
-        };
-        let mut current: BTreeMap<String, (u64, String, u64)> = BTreeMap::new();
-        let mut statuses = BTreeMap::new();
-        for (id, last_seq, owner_node, owner_epoch, status) in stored {
-            statuses.insert(id.clone(), status);
-            current.insert(id, (last_seq, owner_node, owner_epoch));
-        }
-        let mut entries: BTreeMap<i64, String> = BTreeMap::new();
-        if !tx.inbox_consumed.is_empty() {
-            let wanted: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
-            let rows = sqlx::query(
-                "SELECT id, execution_id FROM inbox WHERE id IN (SELECT value FROM json_each(?))",
-            )
-            .bind(encode(&wanted)?)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            for r in &rows {
-                entries.insert(
-                    r.try_get(0).map_err(unavailable)?,
-                    r.try_get(1).map_err(unavailable)?,
-                );
-            }
-        }
-        check(
-            &tx.appends,
-            &tx.inbox_consumed,
-            |id| {
-                current.get(id).map(|(last_seq, node_id, epoch)| Owner {
-                    last_seq: *last_seq,
-                    node_id,
-                    epoch: *epoch,
-                })
-            },
-            |id| entries.get(&id).map(String::as_str),
-        )?;
-        Ok(statuses)
-    }
-
-    /// After `COMMIT`: frees the writer, reports the commit written, and
-    /// returns once the WAL holding it is synced.
-    async fn written(
-        &self,
-        mut held: writer::Held<'_>,
-        written: &(dyn Fn() + Send + Sync),
-    ) -> Result<(), StorageError> {
-        held.ended();
-        let number = self.sync.written();
-        drop(held);
-        written();
-        self.sync.durable(number).await
-    }
-
-    /// What a failed write-and-commit call means. If the transaction is
-    /// still open, a statement before `COMMIT` failed (or `COMMIT` left it
-    /// open): it is rolled back and nothing was applied. If SQLite has
-    /// already ended it, `COMMIT` ran and failed, and whether it is durable
-    /// is unknown.
-    async fn failed_write(
-        held: &mut writer::Held<'_>,
-        appends: &[Append],
-        error: sqlx::Error,
-    ) -> StorageError {
-        match held.roll_back().await {
-            Rollback::Undone
-                if error
-                    .as_database_error()
-                    .is_some_and(|d| d.is_unique_violation()) =>
-            {
-                // The check passed, so the clash is between two appends of
-                // one execution in this transaction: name those.
-                StorageError::Conflict {
-                    fenced: Vec::new(),
-                    stale: appended_twice(appends),
-                }
-            }
-            Rollback::Undone => unavailable(error),
-            Rollback::NotOpen | Rollback::Failed => StorageError::Ambiguous(error.to_string()),
-        }
     }
 
     /// Executions matching `clause` with their histories: two queries in
@@ -321,34 +197,6 @@ impl SqliteStore {
     }
 }
 
-/// Whether `error` is SQLite's `SQLITE_BUSY` (any of its extended codes):
-/// the lock was held by another connection past the busy timeout.
-fn busy(error: &sqlx::Error) -> bool {
-    const SQLITE_BUSY: i32 = 5;
-    error
-        .as_database_error()
-        .and_then(|d| d.code())
-        .and_then(|code| code.parse::<i32>().ok())
-        .is_some_and(|code| code & 0xff == SQLITE_BUSY)
-}
-
-/// The executions appended to more than once in `appends`, or, if none
-/// is, all of them: those a unique-key clash can be between.
-fn appended_twice(appends: &[Append]) -> Vec<String> {
-    let mut seen = BTreeSet::new();
-    let mut twice = BTreeSet::new();
-    for append in appends {
-        if !seen.insert(append.execution_id.as_str()) {
-            twice.insert(append.execution_id.clone());
-        }
-    }
-    if twice.is_empty() {
-        seen.into_iter().map(str::to_owned).collect()
-    } else {
-        twice.into_iter().collect()
-    }
-}
-
 /// One batch of expired idempotency records (found through the expiry
 /// index of migration `0017`).
 const PURGE_IDEMPOTENCY: &str = "DELETE FROM idempotency WHERE rowid IN \
@@ -371,61 +219,21 @@ impl Storage for SqliteStore {
         written: &(dyn Fn() + Send + Sync),
     ) -> Result<(), StorageError> {
         // Encoded before the writer is taken.
-        let call = if one_call::fits(tx) {
-            Some(one_call::Call::new(tx)?)
-        } else {
-            None
-        };
-        let mut held = self.writer.lock().await?;
-        if let Some(call) = call {
-            held.begun();
-            let error = match call.run(held.conn()?).await {
-                Ok(()) => return self.written(held, written).await,
-                Err(error) => error,
-            };
-            match held.roll_back().await {
-                // Nothing was written: judged again in two calls, which
-                // name the executions in conflict or meet the same error.
-                Rollback::Undone => {
-                    tracing::debug!(%error, "commit judged again in two calls");
-                }
-                // In WAL mode only `BEGIN IMMEDIATE` waits for another
-                // writer: busy with no transaction open, it never began.
-                Rollback::NotOpen if busy(&error) => return Err(unavailable(error)),
-                // SQLite ended the transaction itself: `COMMIT` may have run.
-                Rollback::NotOpen | Rollback::Failed => {
-                    return Err(StorageError::Ambiguous(error.to_string()))
-                }
-            }
-        }
-        self.two_calls.fetch_add(1, Ordering::Relaxed);
-        held.begun();
-        // Two round trips to the writer's thread: BEGIN with the check's
-        // read, then every write with COMMIT (see `writes`).
-        let begun = match held.conn() {
-            Ok(conn) => Self::begin(conn, tx).await,
-            Err(e) => Err(e),
-        };
-        let rows = match begun.and_then(|stored| Rows::new(tx, &stored)) {
-            Ok(rows) => rows,
-            Err(err) => {
-                // Whether BEGIN had run or not, nothing was written.
-                held.roll_back().await;
-                return Err(err);
-            }
-        };
-        // The statements differ from commit to commit (their row counts),
-        // so they are not kept prepared.
-        let result = rows
-            .query()
-            .build()
-            .persistent(false)
-            .execute(held.conn()?)
-            .await;
-        match result {
-            Ok(_) => self.written(held, written).await,
-            Err(error) => Err(Self::failed_write(&mut held, &tx.appends, error).await),
-        }
+        let commit = Commit::new(tx)?;
+        let held = self.writer.lock().await?;
+        let sync = Arc::clone(&self.sync);
+        // The job keeps the write lock until it has ended, even if this
+        // caller is cancelled meanwhile.
+        let number = self
+            .committer
+            .run(move |link| {
+                let number = commit.apply(link, &sync);
+                drop(held);
+                number
+            })
+            .await??;
+        written();
+        self.sync.durable(number).await
     }
 
     async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError> {
@@ -656,7 +464,7 @@ mod tests {
 
     use super::*;
     use crate::storage::contract::append;
-    use crate::storage::{Consumed, Fence};
+    use crate::storage::{Append, Consumed, Fence};
     use serde_json::json;
 
     /// A store in `dir` (shared with the tests of the submodules).

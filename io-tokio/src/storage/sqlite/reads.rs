@@ -2,11 +2,11 @@
 //! filters (migration `0013`), and retention in small transactions (each
 //! takes what it removes off the counts per status).
 
-use super::writes::push_counts;
+use super::writes::ADD_TO_COUNT;
 use super::{encode, execution_row, to_i64, unavailable, SqliteStore, EXECUTION_COLUMNS};
 use crate::storage::rows::removed_per_status;
 use crate::storage::{is_terminal, ExecutionRow, ListPage, Purged, StorageError};
-use sqlx::{Connection, QueryBuilder, Row, Sqlite};
+use sqlx::{Connection, Row, Sqlite};
 use std::collections::{BTreeMap, BTreeSet};
 
 impl SqliteStore {
@@ -135,12 +135,10 @@ impl SqliteStore {
         .map_err(unavailable)?;
         purged.executions = statuses.len() as u64;
         let removed = removed_per_status(statuses);
-        if !removed.is_empty() {
-            let removed: Vec<(String, i64)> = removed.into_iter().collect();
-            let mut counts = QueryBuilder::<Sqlite>::new("");
-            push_counts(&mut counts, &removed);
-            counts
-                .build()
+        for (status, n) in removed {
+            sqlx::query(ADD_TO_COUNT)
+                .bind(status)
+                .bind(n)
                 .execute(&mut *tx)
                 .await
                 .map_err(unavailable)?;

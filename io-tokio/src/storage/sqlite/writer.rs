@@ -1,25 +1,27 @@
-//! The one writer connection, handed from holder to holder directly.
+//! The sqlx writer connection and the store's write lock.
 //!
-//! SQLite takes one writer at a time, so the store keeps a single
-//! connection behind a fair lock instead of a pool of one: a pool pings
-//! the connection when it is given back and again when it is taken, two
-//! round trips to the connection's thread between every two commits while
-//! the next commit waits.
+//! SQLite takes one writer at a time. Commits are written on a connection
+//! of their own (see `committer`); this one runs the migrations and the
+//! rest of the writes (retention, the writability check). Both take the
+//! same fair lock, held from holder to holder directly: a pool of one
+//! would ping the connection when it is given back and again when it is
+//! taken. The lock is owned, so a commit's job can keep it until it ends.
 //!
-//! A holder that is cancelled may leave a transaction open, and a
-//! connection whose rollback failed is in an unknown state: the next
-//! holder rolls back the first, and replaces the second.
+//! A holder that is cancelled may leave a transaction open on this
+//! connection, and a connection whose rollback failed is in an unknown
+//! state: the next holder rolls back the first, and replaces the second.
 
 use super::super::rows::unavailable;
 use super::super::StorageError;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{ConnectOptions, Connection};
-use tokio::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// The writer connection and how to open it again.
 #[derive(Debug)]
 pub(super) struct Writer {
-    slot: Mutex<Slot>,
+    slot: Arc<Mutex<Slot>>,
     connect: SqliteConnectOptions,
 }
 
@@ -50,11 +52,11 @@ impl Writer {
     pub(super) async fn open(connect: SqliteConnectOptions) -> Result<Self, StorageError> {
         let conn = connect.connect().await.map_err(unavailable)?;
         Ok(Writer {
-            slot: Mutex::new(Slot {
+            slot: Arc::new(Mutex::new(Slot {
                 conn: Some(conn),
                 open: false,
                 closed: false,
-            }),
+            })),
             connect,
         })
     }
@@ -62,8 +64,8 @@ impl Writer {
     /// Waits for the connection (first come, first served), opening it
     /// again if it was dropped and undoing a transaction a cancelled holder
     /// left open.
-    pub(super) async fn lock(&self) -> Result<Held<'_>, StorageError> {
-        let mut slot = self.slot.lock().await;
+    pub(super) async fn lock(&self) -> Result<Held, StorageError> {
+        let mut slot = Arc::clone(&self.slot).lock_owned().await;
         if slot.closed {
             return Err(StorageError::Unavailable("the store is closed".into()));
         }
@@ -90,11 +92,11 @@ impl Writer {
 }
 
 /// The connection, held.
-pub(super) struct Held<'a> {
-    slot: MutexGuard<'a, Slot>,
+pub(super) struct Held {
+    slot: OwnedMutexGuard<Slot>,
 }
 
-impl Held<'_> {
+impl Held {
     /// The connection (gone only after a failed rollback in this hold).
     pub(super) fn conn(&mut self) -> Result<&mut SqliteConnection, StorageError> {
         self.slot
@@ -107,11 +109,6 @@ impl Held<'_> {
     /// cancelled while it is on its way leaves it to the next holder).
     pub(super) fn begun(&mut self) {
         self.slot.open = true;
-    }
-
-    /// Marks the transaction ended (committed, or rolled back by SQLite).
-    pub(super) fn ended(&mut self) {
-        self.slot.open = false;
     }
 
     /// Rolls back whatever transaction is open.

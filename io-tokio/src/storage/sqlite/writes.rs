@@ -1,371 +1,542 @@
-//! What a commit writes, as SQL: the events and projection rows of its
-//! appends, the change they make to the executions counted per status, its
-//! definitions, idempotency records, queue operations and consumed inbox
-//! entries, then `COMMIT`, all in one multi-statement query (one round trip
-//! to the writer connection's thread).
+//! What a commit writes, as a job for the commit connection (see
+//! `committer`): in one transaction, the stored rows the conflict rule
+//! judges, then the events and projection rows of the appends, the change
+//! they make to the executions counted per status, definitions,
+//! idempotency records, queue operations and consumed inbox entries, each
+//! row through a statement prepared once, then `COMMIT`.
+//!
+//! Everything is encoded by [`Commit::new`] before the job is sent, so the
+//! writer is held only for SQLite's own work.
 
 use super::super::rows::{self, encode, finished_at, last_seq, owner, to_i64, type_of};
-use super::super::Transaction;
-use super::super::{Append, DefinitionRecord, IdempotencyRecord, QueueOp, StorageError};
-use sqlx::{QueryBuilder, Sqlite};
+use super::super::{Consumed, Owner, QueueOp, StorageError, Transaction};
+use super::committer::Link;
+use super::sync::WalSync;
+use orbit_core::store::{check_claims, Claim};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use std::collections::BTreeMap;
 
-/// Every row of a transaction, encoded, for [`Rows::query`] to borrow.
-pub(super) struct Rows<'a> {
-    events: Vec<EventRow<'a>>,
-    projections: Vec<ProjectionRow<'a>>,
-    /// What the projections add to (or take from) each status's count.
-    counts: Vec<(String, i64)>,
-    /// JSON arrays, each bound to one `json_each` statement.
-    definitions: Option<String>,
-    idempotency: Option<String>,
-    dequeued: Option<String>,
-    enqueued: Option<String>,
-    consumed: Option<String>,
+/// A transaction, encoded and owned, ready for the commit thread.
+pub(super) struct Commit {
+    claims: Vec<Claim>,
+    consumed: Vec<Consumed>,
+    /// Execution id, seq, time, type, body.
+    events: Vec<(String, i64, i64, String, String)>,
+    projections: Vec<Projection>,
+    /// Name, version, hash, kind, filename, source, body, registered at.
+    definitions: Vec<[Value; 8]>,
+    /// Scope, key, fingerprint, status, body, expires at (the last record
+    /// for a key).
+    idempotency: Vec<[Value; 6]>,
+    /// The last operation on each `(execution, unit)`.
+    queue: Vec<QueueRow>,
 }
 
-impl<'a> Rows<'a> {
-    /// Encodes `tx`; `stored` holds the stored status of each execution
-    /// that has a row (see [`push_projections`]).
-    pub(super) fn new(
-        tx: &'a Transaction,
-        stored: &BTreeMap<String, String>,
-    ) -> Result<Self, StorageError> {
-        let (dequeued, enqueued) = queue_rows(&tx.queue)?;
-        let consumed: Vec<i64> = tx.inbox_consumed.iter().map(|c| c.id).collect();
-        let projections = projection_rows(&tx.appends, stored)?;
-        Ok(Rows {
-            events: event_rows(&tx.appends)?,
-            counts: count_changes(&projections, stored),
-            projections,
-            definitions: definition_rows(&tx.definitions)?,
-            idempotency: idempotency_rows(&tx.idempotency)?,
-            dequeued,
-            enqueued,
-            consumed: nonempty(&consumed)?,
-        })
-    }
+/// A column value, as bound.
+type Value = rusqlite::types::Value;
 
-    /// The writes (events, executions rows, definitions, idempotency
-    /// records, queue operations, consumed inbox entries), then `COMMIT`.
-    pub(super) fn query(&self) -> QueryBuilder<'_, Sqlite> {
-        let mut sql = QueryBuilder::<Sqlite>::new("");
-        push_events(&mut sql, &self.events);
-        push_projections(&mut sql, &self.projections);
-        push_counts(&mut sql, &self.counts);
-        // Each JSON array feeds one statement: (rows, text before, text after).
-        let statements = [
-            (
-                &self.definitions,
-                "INSERT OR IGNORE INTO definitions (name, version, hash, kind, filename, \
-                 source, body, registered_at) \
-                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
-                 value ->> 5, value ->> 6, value ->> 7 FROM json_each(",
-                ");\n",
-            ),
-            (
-                &self.idempotency,
-                "INSERT OR REPLACE INTO idempotency (scope, key, fingerprint, status, body, \
-                 expires_at) \
-                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, \
-                 value ->> 5 FROM json_each(",
-                ");\n",
-            ),
-            (
-                &self.dequeued,
-                "DELETE FROM task_queue WHERE (execution_id, unit) IN \
-                 (SELECT value ->> 0, value ->> 1 FROM json_each(",
-                "));\n",
-            ),
-            (
-                &self.enqueued,
-                "INSERT OR REPLACE INTO task_queue (execution_id, unit, task, enqueued_at, body) \
-                 SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 \
-                 FROM json_each(",
-                ");\n",
-            ),
-            (
-                &self.consumed,
-                "DELETE FROM inbox WHERE id IN (SELECT value FROM json_each(",
-                "));\n",
-            ),
-        ];
-        for (rows, before, after) in statements {
-            if let Some(rows) = rows {
-                sql.push(before);
-                sql.push_bind(rows.as_str());
-                sql.push(after);
-            }
-        }
-        sql.push("COMMIT");
-        sql
-    }
-}
-
-/// Rows per `INSERT ... VALUES` statement (SQLite caps a `VALUES` list at
-/// 500 rows).
-const CHUNK_ROWS: usize = 128;
-
-/// One row of `events`: execution id, seq, time, type, body.
-type EventRow<'a> = (&'a str, i64, i64, String, String);
-
-/// Every event of every append, encoded.
-pub(super) fn event_rows(appends: &[Append]) -> Result<Vec<EventRow<'_>>, StorageError> {
-    let mut rows = Vec::with_capacity(appends.iter().map(|a| a.events.len()).sum());
-    for append in appends {
-        for event in append.events.iter() {
-            let body = encode(event)?;
-            let ty = type_of(&body);
-            rows.push((
-                append.execution_id.as_str(),
-                to_i64(event.seq),
-                to_i64(event.at),
-                ty,
-                body,
-            ));
-        }
-    }
-    Ok(rows)
-}
-
-/// `INSERT INTO events` statements for `rows` (values bound directly: no
-/// JSON round trip inside SQLite).
-fn push_events<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [EventRow<'a>]) {
-    for chunk in rows.chunks(CHUNK_ROWS) {
-        sql.push("INSERT INTO events (execution_id, seq, at, type, body) ");
-        sql.push_values(chunk, |mut row, (id, seq, at, ty, body)| {
-            row.push_bind(*id)
-                .push_bind(*seq)
-                .push_bind(*at)
-                .push_bind(ty.as_str())
-                .push_bind(body.as_str());
-        });
-        sql.push(";\n");
-    }
-}
-
-/// The projection row of an append, with its columns encoded.
-struct ProjectionRow<'a> {
-    append: &'a Append,
-    /// Whether the stored row keeps its status (see [`push_projections`]).
-    lean: bool,
-    input: String,
+/// The projection row an append leaves.
+struct Projection {
+    id: String,
+    status: String,
+    /// What is written only with a new row: workflow, version, hash,
+    /// parent, input, created at.
+    new: Option<[Value; 6]>,
     output: Option<String>,
     error: Option<String>,
+    updated_at: i64,
+    finished_at: Option<i64>,
+    last_seq: i64,
+    owner_node: String,
+    owner_epoch: i64,
 }
 
-/// The projection of each execution appended (for one appended twice, the
-/// last append's), and whether its stored status stays the same.
-fn projection_rows<'a>(
-    appends: &'a [Append],
-    stored: &BTreeMap<String, String>,
-) -> Result<Vec<ProjectionRow<'a>>, StorageError> {
-    let mut last: BTreeMap<&str, &Append> = BTreeMap::new();
-    for append in appends {
-        last.insert(append.execution_id.as_str(), append);
-    }
-    let mut rows = Vec::with_capacity(last.len());
-    for append in last.into_values() {
-        let p = &append.projection;
-        let lean = stored
-            .get(&append.execution_id)
-            .is_some_and(|s| *s == p.status);
-        let (input, output, error) = if lean {
-            (String::new(), None, None)
-        } else {
-            (
-                encode(&p.input)?,
-                p.output.as_ref().map(encode).transpose()?,
-                p.error.as_ref().map(encode).transpose()?,
-            )
-        };
-        rows.push(ProjectionRow {
-            append,
-            lean,
-            input,
-            output,
-            error,
-        });
-    }
-    Ok(rows)
+/// What becomes of one queue row.
+enum QueueRow {
+    Removed(String, String),
+    /// Execution id, unit, task, enqueued at, body.
+    Enqueued(String, String, String, i64, String),
 }
 
-/// The projection writes: a row whose status stays the same gets the lean
-/// update, which names no indexed column, so SQLite leaves every index of
-/// the table alone (it picks the indexes to rewrite by the columns a
-/// statement sets, not by whether their values change); the others are
-/// upserted whole.
-fn push_projections<'a>(sql: &mut QueryBuilder<'a, Sqlite>, rows: &'a [ProjectionRow<'a>]) {
-    let (lean, full): (Vec<&ProjectionRow>, Vec<&ProjectionRow>) =
-        rows.iter().partition(|r| r.lean);
-    for chunk in lean.chunks(CHUNK_ROWS) {
-        sql.push("WITH new (id, updated_at, last_seq, owner_node, owner_epoch) AS (");
-        sql.push_values(chunk, |mut row, r| {
-            let (owner_node, owner_epoch) = owner(r.append);
-            row.push_bind(r.append.execution_id.as_str())
-                .push_bind(to_i64(r.append.projection.updated_at))
-                .push_bind(to_i64(last_seq(r.append)))
-                .push_bind(owner_node)
-                .push_bind(to_i64(owner_epoch));
-        });
-        sql.push(
-            ") UPDATE executions SET updated_at = new.updated_at, last_seq = new.last_seq, \
-             owner_node = new.owner_node, owner_epoch = new.owner_epoch \
-             FROM new WHERE executions.id = new.id;\n",
-        );
-    }
-    for chunk in full.chunks(CHUNK_ROWS) {
-        sql.push(
-            "INSERT INTO executions (id, workflow, version, definition_hash, status, parent, \
-             input, output, error, created_at, updated_at, finished_at, last_seq, \
-             owner_node, owner_epoch) ",
-        );
-        sql.push_values(chunk, |mut row, r| {
-            let p = &r.append.projection;
-            let (owner_node, owner_epoch) = owner(r.append);
-            row.push_bind(r.append.execution_id.as_str())
-                .push_bind(p.workflow.as_str())
-                .push_bind(p.version.as_str())
-                .push_bind(p.definition_hash.as_str())
-                .push_bind(p.status.as_str())
-                .push_bind(p.parent.as_deref())
-                .push_bind(r.input.as_str())
-                .push_bind(r.output.as_deref())
-                .push_bind(r.error.as_deref())
-                .push_bind(to_i64(p.created_at))
-                .push_bind(to_i64(p.updated_at))
-                .push_bind(finished_at(p).map(to_i64))
-                .push_bind(to_i64(last_seq(r.append)))
-                .push_bind(owner_node)
-                .push_bind(to_i64(owner_epoch));
-        });
-        // What an execution is (workflow, version, parent, input,
-        // creation) never changes: only what it has become is set.
-        sql.push(
-            " ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
-             output = excluded.output, error = excluded.error, \
-             updated_at = excluded.updated_at, finished_at = excluded.finished_at, \
-             last_seq = excluded.last_seq, owner_node = excluded.owner_node, \
-             owner_epoch = excluded.owner_epoch;\n",
-        );
-    }
-}
-
-/// What writing `rows` changes in the count of each status: one more of
-/// the status an execution gets, one fewer of the status it leaves
-/// (`stored`: the statuses before this transaction; none for a new
-/// execution). Statuses whose count does not change are left out.
-fn count_changes(rows: &[ProjectionRow], stored: &BTreeMap<String, String>) -> Vec<(String, i64)> {
-    let mut changes: BTreeMap<&str, i64> = BTreeMap::new();
-    for r in rows {
-        let status = r.append.projection.status.as_str();
-        let before = stored.get(&r.append.execution_id).map(String::as_str);
-        if before == Some(status) {
-            continue;
+impl Commit {
+    /// Encodes `tx`.
+    pub(super) fn new(tx: &Transaction) -> Result<Commit, StorageError> {
+        let mut events = Vec::with_capacity(tx.appends.iter().map(|a| a.events.len()).sum());
+        let mut projections = Vec::with_capacity(tx.appends.len());
+        for a in &tx.appends {
+            for event in a.events.iter() {
+                let body = encode(event)?;
+                let ty = type_of(&body);
+                events.push((
+                    a.execution_id.clone(),
+                    to_i64(event.seq),
+                    to_i64(event.at),
+                    ty,
+                    body,
+                ));
+            }
+            let p = &a.projection;
+            let new = if a.after_seq == 0 {
+                Some([
+                    Value::Text(p.workflow.clone()),
+                    Value::Text(p.version.clone()),
+                    Value::Text(p.definition_hash.clone()),
+                    p.parent.clone().map_or(Value::Null, Value::Text),
+                    Value::Text(encode(&p.input)?),
+                    Value::Integer(to_i64(p.created_at)),
+                ])
+            } else {
+                None
+            };
+            let (owner_node, owner_epoch) = owner(a);
+            projections.push(Projection {
+                id: a.execution_id.clone(),
+                status: p.status.clone(),
+                new,
+                output: p.output.as_ref().map(encode).transpose()?,
+                error: p.error.as_ref().map(encode).transpose()?,
+                updated_at: to_i64(p.updated_at),
+                finished_at: finished_at(p).map(to_i64),
+                last_seq: to_i64(last_seq(a)),
+                owner_node: owner_node.to_owned(),
+                owner_epoch: to_i64(owner_epoch),
+            });
         }
-        *changes.entry(status).or_default() += 1;
-        if let Some(before) = before {
-            *changes.entry(before).or_default() -= 1;
+        let mut definitions = Vec::with_capacity(tx.definitions.len());
+        for d in &tx.definitions {
+            definitions.push([
+                Value::Text(d.name.clone()),
+                Value::Text(d.version.clone()),
+                Value::Text(d.hash.clone()),
+                Value::Text(d.kind.clone()),
+                Value::Text(d.filename.clone()),
+                Value::Text(d.source.clone()),
+                Value::Text(encode(&d.body)?),
+                Value::Integer(to_i64(d.registered_at)),
+            ]);
         }
-    }
-    changes
-        .into_iter()
-        .filter(|(_, n)| *n != 0)
-        .map(|(status, n)| (status.to_owned(), n))
-        .collect()
-}
-
-/// Adds `changes` to the running totals of `execution_counts` (SQLite's
-/// one shard).
-pub(super) fn push_counts<'a>(sql: &mut QueryBuilder<'a, Sqlite>, changes: &'a [(String, i64)]) {
-    if changes.is_empty() {
-        return;
-    }
-    sql.push("INSERT INTO execution_counts (shard, status, n) ");
-    sql.push_values(changes, |mut row, (status, n)| {
-        row.push("''").push_bind(status.as_str()).push_bind(*n);
-    });
-    sql.push(" ON CONFLICT (shard, status) DO UPDATE SET n = n + excluded.n;\n");
-}
-
-/// `rows` as a JSON array, or `None` when there are none.
-fn nonempty<T: serde::Serialize>(rows: &[T]) -> Result<Option<String>, StorageError> {
-    if rows.is_empty() {
-        Ok(None)
-    } else {
-        encode(&rows).map(Some)
-    }
-}
-
-/// New definitions; ones already registered are left as they are.
-pub(super) fn definition_rows(
-    definitions: &[DefinitionRecord],
-) -> Result<Option<String>, StorageError> {
-    let mut rows = Vec::with_capacity(definitions.len());
-    for d in definitions {
-        rows.push(serde_json::json!([
-            d.name,
-            d.version,
-            d.hash,
-            d.kind,
-            d.filename,
-            d.source,
-            encode(&d.body)?,
-            to_i64(d.registered_at),
-        ]));
-    }
-    nonempty(&rows)
-}
-
-/// Idempotency records; the last record for a `(scope, key)` wins.
-pub(super) fn idempotency_rows(
-    records: &[IdempotencyRecord],
-) -> Result<Option<String>, StorageError> {
-    let mut last: BTreeMap<(&str, &str), &IdempotencyRecord> = BTreeMap::new();
-    for r in records {
-        last.insert((r.scope.as_str(), r.key.as_str()), r);
-    }
-    let rows: Vec<_> = last
-        .values()
-        .map(|r| {
-            (
-                r.scope.as_str(),
-                r.key.as_str(),
-                r.fingerprint.as_str(),
-                i64::from(r.status),
-                r.body.as_str(),
-                to_i64(r.expires_at),
-            )
+        let mut last = BTreeMap::new();
+        for r in &tx.idempotency {
+            last.insert((r.scope.as_str(), r.key.as_str()), r);
+        }
+        let idempotency = last
+            .into_values()
+            .map(|r| {
+                [
+                    Value::Text(r.scope.clone()),
+                    Value::Text(r.key.clone()),
+                    Value::Text(r.fingerprint.clone()),
+                    Value::Integer(i64::from(r.status)),
+                    Value::Text(r.body.clone()),
+                    Value::Integer(to_i64(r.expires_at)),
+                ]
+            })
+            .collect();
+        let mut queue = Vec::new();
+        for ((execution_id, unit), op) in rows::last_per_unit(&tx.queue) {
+            queue.push(match op {
+                QueueOp::Enqueue {
+                    task,
+                    enqueued_at,
+                    body,
+                    ..
+                } => QueueRow::Enqueued(
+                    execution_id.to_owned(),
+                    unit.to_owned(),
+                    task.clone(),
+                    to_i64(*enqueued_at),
+                    encode(body)?,
+                ),
+                QueueOp::Remove { .. } => {
+                    QueueRow::Removed(execution_id.to_owned(), unit.to_owned())
+                }
+            });
+        }
+        Ok(Commit {
+            claims: tx.appends.iter().map(Claim::from).collect(),
+            consumed: tx.inbox_consumed.clone(),
+            events,
+            projections,
+            definitions,
+            idempotency,
+            queue,
         })
-        .collect();
-    nonempty(&rows)
+    }
+
+    /// Runs the commit on the commit thread. Returns its number for
+    /// [`WalSync::durable`] once `COMMIT` returned.
+    ///
+    /// An error before `COMMIT` applied nothing: the transaction is rolled
+    /// back (by SQLite itself for some errors), and a connection that
+    /// cannot roll back is dropped. An error of `COMMIT` that leaves no
+    /// transaction open may have committed: `Ambiguous`.
+    pub(super) fn apply(&self, link: &mut Link, sync: &WalSync) -> Result<u64, StorageError> {
+        let conn = link.conn()?;
+        // Nothing has begun if this fails (another program holds the lock).
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(super::super::rows::unavailable)?;
+        let written = self.write(conn).and_then(|()| {
+            conn.execute_batch("COMMIT").map_err(|e| {
+                if conn.is_autocommit() {
+                    StorageError::Ambiguous(format!("COMMIT failed: {e}"))
+                } else {
+                    failed(e, &self.claims)
+                }
+            })
+        });
+        let error = match written {
+            Ok(()) => return Ok(sync.written()),
+            Err(error @ StorageError::Ambiguous(_)) => return Err(error),
+            Err(error) => error,
+        };
+        if !conn.is_autocommit() && conn.execute_batch("ROLLBACK").is_err() {
+            tracing::warn!("rollback failed; commit connection dropped");
+            link.reset();
+        }
+        Err(error)
+    }
+
+    /// Judges the rule against the stored rows, then writes every row.
+    fn write(&self, conn: &Connection) -> Result<(), StorageError> {
+        let fail = |e| failed(e, &self.claims);
+        let mut stored: BTreeMap<&str, (u64, String, u64, String)> = BTreeMap::new();
+        {
+            let mut read = conn
+                .prepare_cached(
+                    "SELECT last_seq, owner_node, owner_epoch, status FROM executions \
+                     WHERE id = ?1",
+                )
+                .map_err(fail)?;
+            for claim in &self.claims {
+                let row = read
+                    .query_row([&claim.execution_id], |r| {
+                        Ok((
+                            rows::to_u64(r.get(0)?),
+                            r.get(1)?,
+                            rows::to_u64(r.get(2)?),
+                            r.get(3)?,
+                        ))
+                    })
+                    .optional()
+                    .map_err(fail)?;
+                if let Some(row) = row {
+                    stored.insert(&claim.execution_id, row);
+                }
+            }
+        }
+        let mut entries: BTreeMap<i64, String> = BTreeMap::new();
+        if !self.consumed.is_empty() {
+            let mut read = conn
+                .prepare_cached("SELECT execution_id FROM inbox WHERE id = ?1")
+                .map_err(fail)?;
+            for c in &self.consumed {
+                let to: Option<String> = read
+                    .query_row([c.id], |r| r.get(0))
+                    .optional()
+                    .map_err(fail)?;
+                if let Some(to) = to {
+                    entries.insert(c.id, to);
+                }
+            }
+        }
+        check_claims(
+            &self.claims,
+            &self.consumed,
+            |id| {
+                stored.get(id).map(|(last_seq, node_id, epoch, _)| Owner {
+                    last_seq: *last_seq,
+                    node_id,
+                    epoch: *epoch,
+                })
+            },
+            |id| entries.get(&id).map(String::as_str),
+        )?;
+        self.write_events(conn).map_err(fail)?;
+        let statuses = stored
+            .iter()
+            .map(|(id, row)| (*id, row.3.as_str()))
+            .collect();
+        self.write_projections(conn, &statuses).map_err(fail)?;
+        self.write_others(conn).map_err(fail)
+    }
+
+    fn write_events(&self, conn: &Connection) -> rusqlite::Result<()> {
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO events (execution_id, seq, at, type, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (id, seq, at, ty, body) in &self.events {
+            insert.execute(params![id, seq, at, ty, body])?;
+        }
+        Ok(())
+    }
+
+    /// The projection rows and the counts per status. `stored` holds the
+    /// status of each execution that has a row. A row keeping its status
+    /// gets the lean update, which names no indexed column, so SQLite
+    /// leaves every index of the table alone (it picks the indexes to
+    /// rewrite by the columns a statement sets, not by whether their
+    /// values change); a row changing it gets the full update, a new
+    /// execution its whole row. What an execution is (workflow, version,
+    /// parent, input, creation) is written once.
+    fn write_projections(
+        &self,
+        conn: &Connection,
+        stored: &BTreeMap<&str, &str>,
+    ) -> rusqlite::Result<()> {
+        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        for p in &self.projections {
+            let before = stored.get(p.id.as_str()).copied();
+            if before == Some(p.status.as_str()) {
+                conn.prepare_cached(
+                    "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
+                     owner_epoch = ?5 WHERE id = ?1",
+                )?
+                .execute(params![
+                    p.id,
+                    p.updated_at,
+                    p.last_seq,
+                    p.owner_node,
+                    p.owner_epoch
+                ])?;
+                continue;
+            }
+            *counts.entry(&p.status).or_default() += 1;
+            if let Some(before) = before {
+                *counts.entry(before).or_default() -= 1;
+            }
+            match (&p.new, before) {
+                (Some([workflow, version, hash, parent, input, created_at]), None) => {
+                    conn.prepare_cached(
+                        "INSERT INTO executions (id, workflow, version, definition_hash, \
+                         status, parent, input, output, error, created_at, updated_at, \
+                         finished_at, last_seq, owner_node, owner_epoch) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                    )?
+                    .execute(params![
+                        p.id,
+                        workflow,
+                        version,
+                        hash,
+                        p.status,
+                        parent,
+                        input,
+                        p.output,
+                        p.error,
+                        created_at,
+                        p.updated_at,
+                        p.finished_at,
+                        p.last_seq,
+                        p.owner_node,
+                        p.owner_epoch
+                    ])?;
+                }
+                _ => {
+                    conn.prepare_cached(
+                        "UPDATE executions SET status = ?2, output = ?3, error = ?4, \
+                         updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
+                         owner_epoch = ?9 WHERE id = ?1",
+                    )?
+                    .execute(params![
+                        p.id,
+                        p.status,
+                        p.output,
+                        p.error,
+                        p.updated_at,
+                        p.finished_at,
+                        p.last_seq,
+                        p.owner_node,
+                        p.owner_epoch
+                    ])?;
+                }
+            }
+        }
+        let mut add = conn.prepare_cached(ADD_TO_COUNT)?;
+        for (status, n) in counts.into_iter().filter(|(_, n)| *n != 0) {
+            add.execute(params![status, n])?;
+        }
+        Ok(())
+    }
+
+    /// Definitions, idempotency records, queue rows, consumed entries.
+    fn write_others(&self, conn: &Connection) -> rusqlite::Result<()> {
+        if !self.definitions.is_empty() {
+            let mut insert = conn.prepare_cached(
+                "INSERT OR IGNORE INTO definitions (name, version, hash, kind, filename, \
+                 source, body, registered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for row in &self.definitions {
+                insert.execute(rusqlite::params_from_iter(row))?;
+            }
+        }
+        if !self.idempotency.is_empty() {
+            let mut insert = conn.prepare_cached(
+                "INSERT OR REPLACE INTO idempotency (scope, key, fingerprint, status, body, \
+                 expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for row in &self.idempotency {
+                insert.execute(rusqlite::params_from_iter(row))?;
+            }
+        }
+        for row in &self.queue {
+            match row {
+                QueueRow::Removed(id, unit) => conn
+                    .prepare_cached("DELETE FROM task_queue WHERE execution_id = ?1 AND unit = ?2")?
+                    .execute(params![id, unit])?,
+                QueueRow::Enqueued(id, unit, task, at, body) => conn
+                    .prepare_cached(
+                        "INSERT OR REPLACE INTO task_queue (execution_id, unit, task, \
+                         enqueued_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )?
+                    .execute(params![id, unit, task, at, body])?,
+            };
+        }
+        for c in &self.consumed {
+            conn.prepare_cached("DELETE FROM inbox WHERE id = ?1")?
+                .execute([c.id])?;
+        }
+        Ok(())
+    }
 }
 
-/// Queue operations as the units removed and the rows enqueued: applied
-/// in order, the last operation on an `(execution, unit)` decides whether
-/// its row exists and what it holds.
-pub(super) fn queue_rows(
-    ops: &[QueueOp],
-) -> Result<(Option<String>, Option<String>), StorageError> {
-    let last = rows::last_per_unit(ops);
-    let mut removed = Vec::new();
-    let mut enqueued = Vec::new();
-    for ((execution_id, unit), op) in &last {
-        match op {
-            QueueOp::Enqueue {
-                task,
-                enqueued_at,
-                body,
-                ..
-            } => enqueued.push((
-                *execution_id,
-                *unit,
-                task.as_str(),
-                to_i64(*enqueued_at),
-                encode(body)?,
-            )),
-            QueueOp::Remove { .. } => removed.push((*execution_id, *unit)),
-        }
+/// Adds `?2` to the running total of status `?1` (SQLite's one shard).
+pub(super) const ADD_TO_COUNT: &str = "INSERT INTO execution_counts (shard, status, n) \
+     VALUES ('', ?1, ?2) ON CONFLICT (shard, status) DO UPDATE SET n = n + excluded.n";
+
+/// What a failed statement means: a unique-key clash after the rule passed
+/// is between rows the rule does not see (events stored past an
+/// execution's `last_seq`): every execution appended is named stale, to be
+/// read back. Anything else is `Unavailable`.
+fn failed(e: rusqlite::Error, claims: &[Claim]) -> StorageError {
+    if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
+        && e.to_string().contains("UNIQUE")
+    {
+        return StorageError::Conflict {
+            fenced: Vec::new(),
+            stale: claims.iter().map(|c| c.execution_id.clone()).collect(),
+        };
     }
-    Ok((nonempty(&removed)?, nonempty(&enqueued)?))
+    super::super::rows::unavailable(e)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Rows and counts per status as an execution moves through its
+    //! statuses (new row, full update, lean update), and a cancelled
+    //! caller that does not let the next writer in early.
+    #![allow(clippy::unwrap_used)]
+
+    use super::super::tests::open;
+    use super::super::SqliteStore;
+    use crate::storage::contract::append;
+    use crate::storage::{Storage, Transaction};
+    use sqlx::Row;
+    use std::time::Duration;
+
+    async fn commit(store: &SqliteStore, appends: Vec<crate::storage::Append>) {
+        let tx = Transaction {
+            appends,
+            ..Transaction::default()
+        };
+        store.commit(&tx).await.unwrap();
+    }
+
+    async fn counts(store: &SqliteStore) -> Vec<(String, u64)> {
+        store.count_by_status().await.unwrap()
+    }
+
+    fn counted(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
+        pairs.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect()
+    }
+
+    /// `(status, last_seq, output, finished_at)` as stored.
+    async fn stored(store: &SqliteStore, id: &str) -> (String, i64, Option<String>, Option<i64>) {
+        let row = sqlx::query(
+            "SELECT status, last_seq, output, finished_at FROM executions WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_one(&store.readers)
+        .await
+        .unwrap();
+        (row.get(0), row.get(1), row.get(2), row.get(3))
+    }
+
+    #[tokio::test]
+    async fn an_execution_moves_through_its_statuses_and_is_counted_in_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        let with = |id: &str, after: u64, upto: u64, status: &str| {
+            let mut a = append(id, after, upto);
+            a.projection.status = status.to_owned();
+            a.projection.updated_at = upto * 10;
+            a
+        };
+        commit(
+            &store,
+            vec![with("a", 0, 1, "pending"), with("b", 0, 2, "running")],
+        )
+        .await;
+        assert_eq!(
+            counts(&store).await,
+            counted(&[("pending", 1), ("running", 1)])
+        );
+        // A status change, and a row keeping its status (the lean update).
+        commit(
+            &store,
+            vec![with("a", 1, 3, "running"), with("b", 2, 4, "running")],
+        )
+        .await;
+        assert_eq!(counts(&store).await, counted(&[("running", 2)]));
+        assert_eq!(
+            stored(&store, "b").await,
+            ("running".to_owned(), 4, None, None)
+        );
+        let mut done = with("a", 3, 5, "completed");
+        done.projection.output = Some(serde_json::json!({"total": 3}));
+        commit(&store, vec![done]).await;
+        assert_eq!(
+            counts(&store).await,
+            counted(&[("completed", 1), ("running", 1)])
+        );
+        assert_eq!(
+            stored(&store, "a").await,
+            (
+                "completed".to_owned(),
+                5,
+                Some("{\"total\":3}".to_owned()),
+                Some(50)
+            )
+        );
+        let row = store.execution("a").await.unwrap().unwrap();
+        assert_eq!(row.output, Some(serde_json::json!({"total": 3})));
+        assert_eq!(row.updated_at, 50);
+        assert_eq!(store.history("a", 0, 10).await.unwrap().len(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_commit_keeps_the_write_lock_until_its_job_has_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        // Occupy the commit thread until told to go on.
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let committer = std::sync::Arc::clone(&store.committer);
+        let blocker = tokio::spawn(async move { committer.run(move |_| wait.recv()).await });
+        let caller = {
+            let store = store.clone();
+            tokio::spawn(async move { commit(&store, vec![append("a", 0, 1)]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        caller.abort();
+        assert!(caller.await.unwrap_err().is_cancelled());
+        // The job is queued behind the blocker and holds the lock.
+        let early = tokio::time::timeout(Duration::from_millis(100), store.writer.lock()).await;
+        assert!(
+            early.is_err(),
+            "the write lock was free while a job held it"
+        );
+        go.send(()).unwrap();
+        blocker.await.unwrap().unwrap().unwrap();
+        drop(store.writer.lock().await.unwrap());
+        // The job ran to its end: the commit is there.
+        assert_eq!(store.execution("a").await.unwrap().unwrap().last_seq, 1);
+    }
 }
