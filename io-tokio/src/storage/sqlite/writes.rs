@@ -13,7 +13,7 @@ use super::super::{Consumed, Owner, QueueOp, StorageError, Transaction};
 use super::committer::Link;
 use super::sync::WalSync;
 use orbit_core::store::{check_claims, Claim};
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, ToSql};
 use std::collections::BTreeMap;
 
 /// A transaction, encoded and owned, ready for the commit thread.
@@ -49,6 +49,24 @@ struct Projection {
     last_seq: i64,
     owner_node: String,
     owner_epoch: i64,
+}
+
+impl Projection {
+    /// `?1` to `?9` of the full update and of a new row: the id, then what
+    /// the row becomes.
+    fn becomes(&self) -> [&dyn ToSql; 9] {
+        [
+            &self.id,
+            &self.status,
+            &self.output,
+            &self.error,
+            &self.updated_at,
+            &self.finished_at,
+            &self.last_seq,
+            &self.owner_node,
+            &self.owner_epoch,
+        ]
+    }
 }
 
 /// What becomes of one queue row.
@@ -305,30 +323,16 @@ impl Commit {
                 *counts.entry(before).or_default() -= 1;
             }
             match (&p.new, before) {
-                (Some([workflow, version, hash, parent, input, created_at]), None) => {
+                (Some(new), None) => {
+                    let mut values = p.becomes().to_vec();
+                    values.extend(new.iter().map(|v| v as &dyn ToSql));
                     conn.prepare_cached(
-                        "INSERT INTO executions (id, workflow, version, definition_hash, \
-                         status, parent, input, output, error, created_at, updated_at, \
-                         finished_at, last_seq, owner_node, owner_epoch) \
+                        "INSERT INTO executions (id, status, output, error, updated_at, \
+                         finished_at, last_seq, owner_node, owner_epoch, workflow, version, \
+                         definition_hash, parent, input, created_at) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                     )?
-                    .execute(params![
-                        p.id,
-                        workflow,
-                        version,
-                        hash,
-                        p.status,
-                        parent,
-                        input,
-                        p.output,
-                        p.error,
-                        created_at,
-                        p.updated_at,
-                        p.finished_at,
-                        p.last_seq,
-                        p.owner_node,
-                        p.owner_epoch
-                    ])?;
+                    .execute(&*values)?;
                 }
                 _ => {
                     conn.prepare_cached(
@@ -336,17 +340,7 @@ impl Commit {
                          updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
                          owner_epoch = ?9 WHERE id = ?1",
                     )?
-                    .execute(params![
-                        p.id,
-                        p.status,
-                        p.output,
-                        p.error,
-                        p.updated_at,
-                        p.finished_at,
-                        p.last_seq,
-                        p.owner_node,
-                        p.owner_epoch
-                    ])?;
+                    .execute(p.becomes())?;
                 }
             }
         }
