@@ -52,7 +52,14 @@ impl Committer {
             .name("orbit-sqlite-commit".into())
             .spawn(move || {
                 for job in queue {
-                    job(&mut link);
+                    // A job that panics answers nobody (its caller hears
+                    // `Ambiguous`); the connection's state is then unknown.
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        job(&mut link);
+                    }));
+                    if ran.is_err() {
+                        link.reset();
+                    }
                 }
             })
             .map_err(unavailable)?;
@@ -60,6 +67,8 @@ impl Committer {
     }
 
     /// Runs `job` on the connection's thread, after every job sent before.
+    /// `Unavailable` if the thread is gone (the job never ran), `Ambiguous`
+    /// if it ended the job without answering (it panicked).
     pub(super) async fn run<R: Send + 'static>(
         &self,
         job: impl FnOnce(&mut Link) -> R + Send + 'static,
@@ -71,9 +80,10 @@ impl Committer {
         self.jobs
             .send(job)
             .map_err(|_| StorageError::Unavailable("the commit thread is gone".into()))?;
-        answered
-            .await
-            .map_err(|_| StorageError::Unavailable("the commit thread is gone".into()))
+        // Sent but never answered: it may have run.
+        answered.await.map_err(|_| {
+            StorageError::Ambiguous("the commit thread ended a job without an answer".into())
+        })
     }
 }
 

@@ -8,7 +8,9 @@
 //! Everything is encoded by [`Commit::new`] before the job is sent, so the
 //! writer is held only for SQLite's own work.
 
-use super::super::rows::{self, encode, finished_at, last_seq, owner, to_i64, type_of};
+use super::super::rows::{
+    self, encode, finished_at, last_seq, owner, to_i64, type_of, unavailable,
+};
 use super::super::{Consumed, Owner, QueueOp, StorageError, Transaction};
 use super::committer::Link;
 use super::sync::WalSync;
@@ -191,8 +193,7 @@ impl Commit {
     pub(super) fn apply(&self, link: &mut Link, sync: &WalSync) -> Result<u64, StorageError> {
         let conn = link.conn()?;
         // Nothing has begun if this fails (another program holds the lock).
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(super::super::rows::unavailable)?;
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
         let written = self.write(conn).and_then(|()| {
             conn.execute_batch("COMMIT").map_err(|e| {
                 if conn.is_autocommit() {
@@ -409,7 +410,7 @@ fn failed(e: rusqlite::Error, claims: &[Claim]) -> StorageError {
             stale: claims.iter().map(|c| c.execution_id.clone()).collect(),
         };
     }
-    super::super::rows::unavailable(e)
+    unavailable(e)
 }
 
 #[cfg(test)]
@@ -531,6 +532,19 @@ mod tests {
         blocker.await.unwrap().unwrap().unwrap();
         drop(store.writer.lock().await.unwrap());
         // The job ran to its end: the commit is there.
+        assert_eq!(store.execution("a").await.unwrap().unwrap().last_seq, 1);
+    }
+
+    #[tokio::test]
+    async fn a_job_that_panics_is_ambiguous_and_the_next_commit_goes_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir).await;
+        let outcome = store.committer.run(|_| panic!("planted")).await;
+        assert!(
+            matches!(outcome, Err(crate::storage::StorageError::Ambiguous(_))),
+            "{outcome:?}"
+        );
+        commit(&store, vec![append("a", 0, 1)]).await;
         assert_eq!(store.execution("a").await.unwrap().unwrap().last_seq, 1);
     }
 }
