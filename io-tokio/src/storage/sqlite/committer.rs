@@ -35,6 +35,8 @@ pub(super) struct Link {
     conn: Option<Connection>,
     path: PathBuf,
     busy_timeout: Duration,
+    /// The store was closed: the connection is never opened again.
+    closed: bool,
 }
 
 impl Committer {
@@ -47,6 +49,7 @@ impl Committer {
             conn: Some(conn),
             path,
             busy_timeout,
+            closed: false,
         };
         std::thread::Builder::new()
             .name("orbit-sqlite-commit".into())
@@ -90,6 +93,9 @@ impl Committer {
 impl Link {
     /// The connection, opened again if it was dropped.
     pub(super) fn conn(&mut self) -> Result<&mut Connection, StorageError> {
+        if self.closed {
+            return Err(StorageError::Unavailable("the store is closed".into()));
+        }
         if self.conn.is_none() {
             self.conn = Some(connect(&self.path, self.busy_timeout)?);
         }
@@ -109,7 +115,7 @@ impl Link {
         if let Some(conn) = self.conn.take() {
             let _ = conn.close();
         }
-        self.path = PathBuf::new();
+        self.closed = true;
     }
 }
 
@@ -117,9 +123,6 @@ impl Link {
 /// since the store first opened it): `synchronous=NORMAL` (the store syncs
 /// the WAL itself, see `sync`), foreign keys on.
 fn connect(path: &PathBuf, busy_timeout: Duration) -> Result<Connection, StorageError> {
-    if path.as_os_str().is_empty() {
-        return Err(StorageError::Unavailable("the store is closed".into()));
-    }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(unavailable)?;
     conn.busy_timeout(busy_timeout).map_err(unavailable)?;

@@ -513,13 +513,34 @@ mod tests {
         let store = open(&dir).await;
         // Occupy the commit thread until told to go on.
         let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (busy, occupied) = tokio::sync::oneshot::channel();
         let committer = std::sync::Arc::clone(&store.committer);
-        let blocker = tokio::spawn(async move { committer.run(move |_| wait.recv()).await });
+        let blocker = tokio::spawn(async move {
+            committer
+                .run(move |_| {
+                    let _ = busy.send(());
+                    wait.recv()
+                })
+                .await
+        });
+        occupied.await.unwrap();
         let caller = {
             let store = store.clone();
             tokio::spawn(async move { commit(&store, vec![append("a", 0, 1)]).await })
         };
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Until the caller holds the lock (it sends its job in the same
+        // step): the lock is fair, so a try behind it times out. Bounded,
+        // so a lock that is never held fails the checks below.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !caller.is_finished() && tokio::time::Instant::now() < deadline {
+            let Ok(held) =
+                tokio::time::timeout(Duration::from_millis(5), store.writer.lock()).await
+            else {
+                break;
+            };
+            drop(held);
+            tokio::task::yield_now().await;
+        }
         caller.abort();
         assert!(caller.await.unwrap_err().is_cancelled());
         // The job is queued behind the blocker and holds the lock.
