@@ -67,10 +67,11 @@ fn seed_world() -> World {
     w
 }
 
-/// Seed `003_…`, verbatim: flaky-1 received the task and went silent; with
-/// `--session-timeout 5` the attempt was redelivered to flaky-2. Writes take
-/// 1 ms here, so the first scheduling (a batch of its own, after the start
-/// committed) lands at `+ 1ms` as in the seed.
+/// Seed `003_…`: flaky-1 received the task and went silent; with
+/// `--session-timeout 5` the attempt was redelivered to flaky-2. (The seed
+/// shows #3 at `+ 1ms`, its offsets being an example; ORBIT schedules the
+/// first step in the start's own batch, so #3 lands with the start even
+/// though writes take 1 ms here.)
 #[test]
 fn session_timeout_redelivers_the_same_attempt() {
     let mut w = seed_world();
@@ -99,7 +100,7 @@ fn session_timeout_redelivers_the_same_attempt() {
         "
         + 0ms #1 WorkflowCreated
         + 0ms #2 WorkflowStarted
-        + 1ms #3 StepScheduled step=work attempt=1
+        + 0ms #3 StepScheduled step=work attempt=1
         + 39ms #4 StepDispatched step=work attempt=1 worker_id=flaky-1
         + 5.1s #5 StepAttemptUncertain step=work attempt=1 reason=worker `flaky-1` stopped responding
         + 5.1s #6 StepScheduled step=work attempt=1 redelivery=true
@@ -483,7 +484,7 @@ fn a_parked_poll_gets_the_next_step_in_the_results_commit() {
         "
         + 0ms #1 WorkflowCreated
         + 0ms #2 WorkflowStarted
-        + 1ms #3 StepScheduled step=work attempt=1
+        + 0ms #3 StepScheduled step=work attempt=1
         + 10ms #4 StepDispatched step=work attempt=1 worker_id=w-1
         + 30ms #5 StepSucceeded step=work attempt=1
         + 30ms #6 StepScheduled step=more attempt=1
@@ -496,6 +497,47 @@ fn a_parked_poll_gets_the_next_step_in_the_results_commit() {
     w.at(40);
     assert_eq!(w.succeed(token, json!({"v": 8})), accepted());
     assert_eq!(w.status("h-1"), "completed");
+}
+
+/// A start schedules its first step in its own batch, and a worker already
+/// long-polling gets that step in the same write: the client's answer and
+/// the poll's both come when that one write is durable.
+#[test]
+fn a_start_schedules_and_hands_out_its_first_step_in_one_write() {
+    let mut w = seed_world();
+    w.latency = 1;
+    let s = w.register("w-1", &["demo.*"]);
+    let poll = w.send(orbit_core::Request::Poll {
+        session_id: s.clone(),
+        max_tasks: Some(4),
+        wait_ms: 10_000,
+        held: vec![],
+    });
+    assert!(!w.replies.contains_key(&poll), "nothing is due: the poll waits");
+    w.at(5);
+    let writes = w.appends;
+    assert_eq!(w.start("Two", "f-1", json!({"n": 1})).status, 201);
+    assert_eq!(
+        w.appends - writes,
+        1,
+        "start, first step and its hand-out: one write"
+    );
+    let answer = w
+        .replies
+        .remove(&poll)
+        .expect("the parked poll is answered");
+    let tasks = answer.body["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["step_id"], "work");
+    assert_logs(
+        &w.logs("f-1"),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 StepScheduled step=work attempt=1
+        + 0ms #4 StepDispatched step=work attempt=1 worker_id=w-1
+        ",
+    );
 }
 
 /// A write that fails takes the hand-off with it: the parked poll is

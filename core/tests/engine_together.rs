@@ -127,7 +127,7 @@ fn results_and_the_next_poll_share_one_write() {
         "
         + 0ms #1 WorkflowCreated
         + 0ms #2 WorkflowStarted
-        + 1ms #3 StepScheduled step=work attempt=1
+        + 0ms #3 StepScheduled step=work attempt=1
         + 10ms #4 StepDispatched step=work attempt=1 worker_id=w-1
         + 20ms #5 StepSucceeded step=work attempt=1
         + 20ms #6 StepScheduled step=more attempt=1

@@ -210,10 +210,11 @@ impl Engine {
             },
         );
         if self.can_admit(&def.workflow) && !self.pending_ahead(&def.workflow) {
-            // The first steps are scheduled by the decider once the start
-            // is durable (a batch of their own), so the client's answer
-            // never waits for them.
+            // The first steps are scheduled in the start's own batch, as
+            // an admitted pending execution's are: one commit instead of
+            // two before its first task can be handed out.
             seq = self.push(&mut txn, &exec_id, EventKind::WorkflowStarted {});
+            self.settle(&mut txn, &exec_id);
         }
         let response = Response::ok(201, json!({"execution_id": exec_id, "created": true}));
         self.record(&mut txn, &start.idempotency, &response);
