@@ -513,7 +513,10 @@ fn a_start_schedules_and_hands_out_its_first_step_in_one_write() {
         wait_ms: 10_000,
         held: vec![],
     });
-    assert!(!w.replies.contains_key(&poll), "nothing is due: the poll waits");
+    assert!(
+        !w.replies.contains_key(&poll),
+        "nothing is due: the poll waits"
+    );
     w.at(5);
     let writes = w.appends;
     assert_eq!(w.start("Two", "f-1", json!({"n": 1})).status, 201);
