@@ -499,16 +499,11 @@ fn a_parked_poll_gets_the_next_step_in_the_results_commit() {
     assert_eq!(w.status("h-1"), "completed");
 }
 
-/// A start schedules its first step in its own batch, and a worker already
-/// long-polling gets that step in the same write: the client's answer and
-/// the poll's both come when that one write is durable.
-#[test]
-fn a_start_schedules_and_hands_out_its_first_step_in_one_write() {
-    let mut w = seed_world();
-    w.latency = 1;
+/// A worker waiting in a long poll, for the two starts below.
+fn parked_poll(w: &mut World) -> orbit_core::engine::RequestId {
     let s = w.register("w-1", &["demo.*"]);
     let poll = w.send(orbit_core::Request::Poll {
-        session_id: s.clone(),
+        session_id: s,
         max_tasks: Some(4),
         wait_ms: 10_000,
         held: vec![],
@@ -517,28 +512,82 @@ fn a_start_schedules_and_hands_out_its_first_step_in_one_write() {
         !w.replies.contains_key(&poll),
         "nothing is due: the poll waits"
     );
-    w.at(5);
-    let writes = w.appends;
-    assert_eq!(w.start("Two", "f-1", json!({"n": 1})).status, 201);
-    assert_eq!(
-        w.appends - writes,
-        1,
-        "start, first step and its hand-out: one write"
-    );
+    poll
+}
+
+/// The one task a parked poll was answered with: its step.
+fn handed_step(w: &mut World, poll: orbit_core::engine::RequestId) -> String {
     let answer = w
         .replies
         .remove(&poll)
         .expect("the parked poll is answered");
     let tasks = answer.body["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 1);
-    assert_eq!(tasks[0]["step_id"], "work");
+    tasks[0]["step_id"].as_str().unwrap().to_owned()
+}
+
+/// A start schedules its first step in its own batch, and a worker already
+/// long-polling gets that step in the same write: the client's answer and
+/// the poll's both come when that one write is durable.
+#[test]
+fn a_start_schedules_and_hands_out_its_first_step_in_one_write() {
+    let mut w = seed_world();
+    w.latency = 1;
+    let poll = parked_poll(&mut w);
+    w.at(5);
+    let writes = w.appends;
+    let r = w.call(orbit_core::Request::Start(orbit_core::engine::Start {
+        workflow: "Two".into(),
+        version: None,
+        input: json!({"n": 1}),
+        execution_id: None,
+        idempotency: None,
+        traceparent: None,
+    }));
+    assert_eq!(r.status, 201);
+    assert_eq!(
+        w.appends - writes,
+        1,
+        "start, first step and its hand-out: one write"
+    );
+    assert_eq!(handed_step(&mut w, poll), "work");
+    assert_logs(
+        &w.logs(r.body["execution_id"].as_str().unwrap()),
+        "
+        + 0ms #1 WorkflowCreated
+        + 0ms #2 WorkflowStarted
+        + 0ms #3 StepScheduled step=work attempt=1
+        + 0ms #4 StepDispatched step=work attempt=1 worker_id=w-1
+        ",
+    );
+}
+
+/// A start with an id of the client's that the engine does not hold creates
+/// it without reading the store, which may refuse it (the id exists after
+/// all). Its first step is scheduled in the start's write but handed out
+/// only once that write is durable, so a refusal takes nothing from a
+/// waiting poll (simulation finding 38).
+#[test]
+fn an_unread_create_hands_out_its_first_step_after_its_write() {
+    let mut w = seed_world();
+    w.latency = 1;
+    let poll = parked_poll(&mut w);
+    w.at(5);
+    let writes = w.appends;
+    assert_eq!(w.start("Two", "f-1", json!({"n": 1})).status, 201);
+    assert_eq!(
+        w.appends - writes,
+        2,
+        "the start with its first step, then the hand-out"
+    );
+    assert_eq!(handed_step(&mut w, poll), "work");
     assert_logs(
         &w.logs("f-1"),
         "
         + 0ms #1 WorkflowCreated
         + 0ms #2 WorkflowStarted
         + 0ms #3 StepScheduled step=work attempt=1
-        + 0ms #4 StepDispatched step=work attempt=1 worker_id=w-1
+        + 1ms #4 StepDispatched step=work attempt=1 worker_id=w-1
         ",
     );
 }

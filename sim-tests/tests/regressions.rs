@@ -692,3 +692,20 @@ fn finding_36_a_failing_parent_stays_until_its_children_hold_the_cancellation() 
 fn finding_37_a_read_asked_by_a_reads_answer_is_answered_next() {
     passes(0x6c08960e5, Scenario::EvictionInvisible);
 }
+
+/// Finding 38 (an unexplored range, `--seeds 2000 --from 49000000000
+/// --scenario all`, four seeds, the day starts began scheduling their
+/// first steps in their own batch): a start with a client-chosen id for a
+/// finished execution the engine had forgotten created the id without
+/// reading the store, scheduled its first step and handed it to a parked
+/// poll in the same batch. The store refused the create (the id exists),
+/// and the poll was answered `503` with the batch, where the run that
+/// kept the execution answered the start from memory and left the poll
+/// waiting (0xb68a0aacd). The first steps of such a start now stay queued
+/// until it commits.
+#[test]
+fn finding_38_an_unread_create_hands_nothing_to_a_parked_poll() {
+    for seed in [0xb68a0aacd, 0xb68a0ad25, 0xb68a0ae33, 0xb68a0af18] {
+        passes(seed, Scenario::EvictionInvisible);
+    }
+}

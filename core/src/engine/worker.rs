@@ -393,12 +393,22 @@ impl Engine {
     /// first), inside the same batch: the result that finished one step, the
     /// scheduling of the next and its delivery to a waiting worker share one
     /// commit. The polls are answered when the batch commits.
+    ///
+    /// A start that creates its id without reading the store first (see
+    /// `creates_unread`) keeps its first steps out of this: the store may
+    /// refuse the create (the id exists after all), and a poll handed one
+    /// of them would be failed with the batch, where an engine that had
+    /// held the execution would have left it waiting. They stay queued,
+    /// and a parked poll is served from the queue once the start commits.
     pub(super) fn hand_off(&mut self, txn: &mut Txn) {
         if self.work.polls.is_empty() || self.is_shared() {
             return;
         }
         let mut fresh = Vec::new();
         for (exec_id, d) in &txn.drafts {
+            if txn.unread_creates.iter().any(|(id, _, _)| id == exec_id) {
+                continue;
+            }
             for event in &d.events {
                 if let EventKind::StepScheduled { step, task, .. } = &event.kind {
                     fresh.push((exec_id.clone(), step.clone(), task.clone()));
