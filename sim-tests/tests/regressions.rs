@@ -709,3 +709,20 @@ fn finding_38_an_unread_create_hands_nothing_to_a_parked_poll() {
         passes(seed, Scenario::EvictionInvisible);
     }
 }
+
+/// Finding 39 (CI's swarm exploration of `b450d18`, three seeds in 5,000):
+/// a start whose first decision starts a child now writes the child in the
+/// start's own batch. That write failed, and the batch was undone: each
+/// execution it would have created left memory, in id order, and the
+/// parent's waiting requests ran again as soon as the parent left, among
+/// them the client's retried start. That start created the parent again
+/// while the child of the failed batch was still held, so its decision did
+/// not create the child again, and the parent waited forever for a child
+/// that was never written (0xb450d18702dd). Every execution a failed batch
+/// would have created now leaves memory before any request runs again.
+#[test]
+fn finding_39_a_failed_batch_forgets_its_new_executions_before_requests_run_again() {
+    for seed in [0xb450d18702dd, 0xb450d1870c7b, 0xb450d18712a2] {
+        passes(seed, Scenario::Swarm);
+    }
+}

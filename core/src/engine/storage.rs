@@ -305,27 +305,37 @@ impl Engine {
                 response: storage_error(message),
             });
         }
+        // Every execution this batch would have created leaves memory
+        // before any request runs again: a start run again at once would
+        // otherwise find the child its first decision created in this
+        // batch still held, and not create it again (simulation, seed
+        // 0xb450d18702dd).
+        let mut again = Vec::new();
+        let mut kept = Vec::new();
         for id in txn.drafts.keys() {
             let Some(e) = self.executions.get_mut(id) else {
                 continue;
             };
             e.busy = None;
             if e.proj.last_seq == 0 && !e.reloading {
-                let waiting = std::mem::take(&mut e.waiting);
+                again.extend(std::mem::take(&mut e.waiting));
                 if let Some(old) = e.wake.take() {
                     self.wakes.remove(&(old, id.clone()));
                 }
                 self.executions.remove(id);
-                for (rid, req) in waiting {
-                    self.request(rid, req);
-                }
             } else {
-                if !self.writes.read_back.contains(id) {
-                    self.retry_soon(id);
-                }
-                self.release_parked_entries(id);
-                self.drain_waiting(id);
+                kept.push(id);
             }
+        }
+        for id in kept {
+            if !self.writes.read_back.contains(id) {
+                self.retry_soon(id);
+            }
+            self.release_parked_entries(id);
+            self.drain_waiting(id);
+        }
+        for (rid, req) in again {
+            self.request(rid, req);
         }
     }
 
