@@ -701,11 +701,21 @@ fn finding_37_a_read_asked_by_a_reads_answer_is_answered_next() {
 /// poll in the same batch. The store refused the create (the id exists),
 /// and the poll was answered `503` with the batch, where the run that
 /// kept the execution answered the start from memory and left the poll
-/// waiting (0xb68a0aacd). The first steps of such a start now stay queued
-/// until it commits.
+/// waiting (0xb68a0aacd). The first fix kept the start's own first steps
+/// queued, and three seeds from 51,000,000,000 found the same with the
+/// first steps of the children it started in that batch (0xbdfd63e3d):
+/// a batch holding such a start now hands nothing out.
 #[test]
 fn finding_38_an_unread_create_hands_nothing_to_a_parked_poll() {
-    for seed in [0xb68a0aacd, 0xb68a0ad25, 0xb68a0ae33, 0xb68a0af18] {
+    for seed in [
+        0xb68a0aacd,
+        0xb68a0ad25,
+        0xb68a0ae33,
+        0xb68a0af18,
+        0xbdfd63e3d,
+        0xbdfd63e7c,
+        0xbdfd6431a,
+    ] {
         passes(seed, Scenario::EvictionInvisible);
     }
 }

@@ -394,21 +394,19 @@ impl Engine {
     /// scheduling of the next and its delivery to a waiting worker share one
     /// commit. The polls are answered when the batch commits.
     ///
-    /// A start that creates its id without reading the store first (see
-    /// `creates_unread`) keeps its first steps out of this: the store may
-    /// refuse the create (the id exists after all), and a poll handed one
-    /// of them would be failed with the batch, where an engine that had
-    /// held the execution would have left it waiting. They stay queued,
-    /// and a parked poll is served from the queue once the start commits.
+    /// A batch with a start that creates its id without reading the store
+    /// first (see `creates_unread`) hands nothing out: the store may refuse
+    /// the create (the id exists after all), and a poll handed one of its
+    /// first steps, or one of the children it started, would be failed
+    /// with the batch, where an engine that had held the execution would
+    /// have left it waiting. They stay queued, and a parked poll is served
+    /// from the queue once the start commits.
     pub(super) fn hand_off(&mut self, txn: &mut Txn) {
-        if self.work.polls.is_empty() || self.is_shared() {
+        if self.work.polls.is_empty() || self.is_shared() || !txn.unread_creates.is_empty() {
             return;
         }
         let mut fresh = Vec::new();
         for (exec_id, d) in &txn.drafts {
-            if txn.unread_creates.iter().any(|(id, _, _)| id == exec_id) {
-                continue;
-            }
             for event in &d.events {
                 if let EventKind::StepScheduled { step, task, .. } = &event.kind {
                     fresh.push((exec_id.clone(), step.clone(), task.clone()));
