@@ -610,6 +610,21 @@ impl Engine {
 
     /// Installs an execution rebuilt from its stored history.
     pub(super) fn install(&mut self, stored: StoredExecution) -> bool {
+        let mut again = Vec::new();
+        let installed = self.install_holding(stored, &mut again);
+        for (rid, req) in again {
+            self.request(rid, req);
+        }
+        installed
+    }
+
+    /// [`Engine::install`], the requests that waited on an execution the
+    /// store turned out not to hold added to `again` instead of run.
+    fn install_holding(
+        &mut self,
+        stored: StoredExecution,
+        again: &mut Vec<(RequestId, Request)>,
+    ) -> bool {
         let id = stored.execution_id.clone();
         // Sessions holding this execution's tokens keep holding them.
         // So do orphaned dispatches whose uncertain event is not stored yet.
@@ -647,9 +662,7 @@ impl Engine {
         if stored.events.is_empty() {
             self.set_wake(&id, None);
             self.executions.remove(&id);
-            for (rid, req) in waiting {
-                self.request(rid, req);
-            }
+            again.extend(waiting);
             return false;
         }
         let proj = Projection::fold(&id, &stored.events);
@@ -754,6 +767,11 @@ impl Engine {
 
     pub(super) fn reloaded(&mut self, executions: Vec<StoredExecution>) {
         let mut ids = Vec::new();
+        // Requests that waited on an execution the store does not hold run
+        // again once every execution read back is in place: a start run
+        // again at once would find the child its lost batch created still
+        // held, and not create it again (simulation, seed 0x91494f09c).
+        let mut again = Vec::new();
         for stored in executions {
             ids.push(stored.execution_id.clone());
             self.note_proofs(&stored);
@@ -762,7 +780,10 @@ impl Engine {
                 // node's now.
                 continue;
             }
-            self.install(stored);
+            self.install_holding(stored, &mut again);
+        }
+        for (rid, req) in again {
+            self.request(rid, req);
         }
         let reloads = std::mem::take(&mut self.writes.reloads);
         for txn in reloads {
