@@ -183,7 +183,9 @@ async fn a_node_silent_for_the_timeout_is_taken_over() {
     };
     let store = open(&db).await;
     store.commit(&owned("x", "n1", 1)).await.unwrap();
-    let timeout_ms = 400;
+    // Long enough that a loaded machine does not let a live node fall
+    // silent between two of these calls.
+    let timeout_ms = 1_000;
     store.beat("n1", "http://n1", timeout_ms).await.unwrap();
     store
         .touch_sessions("n1", &["s1".to_owned()])
@@ -210,6 +212,8 @@ async fn a_node_silent_for_the_timeout_is_taken_over() {
         .await
         .unwrap()
         .is_empty());
+    // The survivor must be live itself when it takes over.
+    store.beat("n2", "http://n2", timeout_ms).await.unwrap();
     let taken = store
         .take_over("n2", "n1", &live, timeout_ms, 10)
         .await
