@@ -6,5 +6,6 @@ pub mod api;
 pub mod bench;
 pub mod cluster;
 pub mod retention;
+pub mod runtime;
 pub mod sdk;
 pub mod ui;

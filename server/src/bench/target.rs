@@ -1,9 +1,13 @@
 //! The server a benchmark drives: one started in this process (driver + API
 //! on a loopback port, over the store named by `--db`), or a running one at
-//! `--server URL`.
+//! `--server URL`. A server started here runs on a runtime of its own, on a
+//! thread of its own, sized as `orbit server` sizes its runtime: the load
+//! and the server then meet over loopback HTTP as they would as two
+//! processes, and the figures are the server's.
 
 use super::BenchError;
 use crate::api::{self, AppState};
+use crate::runtime;
 use orbit_io_tokio::driver::{self, Driver};
 use orbit_io_tokio::storage::{
     claim, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
@@ -21,13 +25,10 @@ pub struct Target {
 }
 
 struct Local {
-    driver: Driver,
     shutdown: tokio::sync::oneshot::Sender<()>,
-    serving: tokio::task::JoinHandle<()>,
+    /// The server's thread, which ends once the server has stopped.
+    thread: std::thread::JoinHandle<()>,
     scratch: Option<PathBuf>,
-    /// On PostgreSQL, the claim of the only server on the database: a
-    /// benchmark never runs beside a server that uses it.
-    _claim: Option<claim::Claim>,
 }
 
 /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`),
@@ -78,6 +79,57 @@ impl Target {
                 )
             }
         };
+        let (ready, started) = tokio::sync::oneshot::channel();
+        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+        let runtime = runtime::build(&url, None)?;
+        let thread = std::thread::Builder::new()
+            .name("orbit-bench-server".into())
+            .spawn(move || runtime.block_on(serve(url, options, ready, stop)))?;
+        let (url, backend) = match started.await {
+            Ok(Ok(started)) => started,
+            Ok(Err(e)) => {
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+                return Err(e);
+            }
+            Err(_) => return Err(BenchError::Server("the server's thread ended".into())),
+        };
+        Ok(Target {
+            url,
+            backend: backend.to_owned(),
+            local: Some(Local {
+                shutdown,
+                thread,
+                scratch,
+            }),
+        })
+    }
+
+    /// Stops an in-process server (and removes its scratch database).
+    pub async fn stop(self) {
+        if let Some(local) = self.local {
+            let _ = local.shutdown.send(());
+            let thread = local.thread;
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+            if let Some(dir) = local.scratch {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// Opens the store at `url`, starts the node and serves the API on
+/// 127.0.0.1:0 until `stop`; `ready` gets the base URL and the backend, or
+/// why the server could not start. Runs on the server's own runtime.
+async fn serve(
+    url: String,
+    options: driver::Options,
+    ready: tokio::sync::oneshot::Sender<Result<(String, &'static str), BenchError>>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    // On PostgreSQL, the claim of the only server on the database: a
+    // benchmark never runs beside a server that uses it. Held until the
+    // server has stopped.
+    let started = async {
         let claim = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Some(claim::Claim::take(&url, claim::Use::Alone).await?)
         } else {
@@ -87,40 +139,26 @@ impl Target {
         let driver = Driver::start(store, options).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let app = api::app(AppState::new(driver.clone()));
-        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::warn!(error = %e, "bench server stopped");
-            }
-        });
-        Ok(Target {
-            url: format!("http://{addr}"),
-            backend: backend.to_owned(),
-            local: Some(Local {
-                driver,
-                shutdown,
-                serving,
-                scratch,
-                _claim: claim,
-            }),
-        })
+        Ok::<_, BenchError>((claim, backend, driver, listener, addr))
     }
-
-    /// Stops an in-process server (and removes its scratch database).
-    pub async fn stop(self) {
-        if let Some(local) = self.local {
-            let _ = local.shutdown.send(());
-            let _ = local.serving.await;
-            local.driver.shutdown().await;
-            if let Some(dir) = local.scratch {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+    .await;
+    let (claim, backend, driver, listener, addr) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
         }
+    };
+    let app = api::app(AppState::new(driver.clone()));
+    let _ = ready.send(Ok((format!("http://{addr}"), backend)));
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = stop.await;
+        })
+        .await;
+    if let Err(e) = served {
+        tracing::warn!(error = %e, "bench server stopped");
     }
+    driver.shutdown().await;
+    drop(claim);
 }

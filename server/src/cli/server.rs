@@ -293,29 +293,6 @@ pub fn commits_in_flight(url: &str, flag: Option<u64>) -> u64 {
     flag.unwrap_or(if is_postgres(url) { 2 } else { 1 })
 }
 
-/// Threads of the runtime that serves requests and runs the engine on the
-/// store `url`, unless `--threads` says otherwise, on a machine of `cores`.
-/// SQLite's commits and WAL syncs run on threads outside the runtime, so on
-/// SQLite one core is left to them: on two cores, one runtime thread ran
-/// the full-load benchmark about 6 % faster than two, with fewer wake-ups
-/// and frees across threads (see the book's benchmarks chapter).
-pub fn runtime_threads(url: &str, flag: Option<u64>, cores: usize) -> usize {
-    match flag {
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None if is_postgres(url) => cores.max(1),
-        None => cores.saturating_sub(1).max(1),
-    }
-}
-
-/// The runtime of a server on the store `url` (see [`runtime_threads`]).
-pub(super) fn runtime(url: &str, threads: Option<u64>) -> std::io::Result<tokio::runtime::Runtime> {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(runtime_threads(url, threads, cores))
-        .enable_all()
-        .build()
-}
-
 /// Whether `url` names a PostgreSQL database.
 pub(super) fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres:") || url.starts_with("postgresql:")
@@ -735,7 +712,7 @@ pub fn run(args: Args) -> ExitCode {
         LogFormat::Text => logs.try_init(),
         LogFormat::Json => logs.json().try_init(),
     };
-    let runtime = match runtime(&args.db, args.threads) {
+    let runtime = match orbit_server::runtime::build(&args.db, args.threads) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -753,17 +730,7 @@ pub fn run(args: Args) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{commits_in_flight, runtime_threads};
-
-    #[test]
-    fn a_core_is_left_to_sqlite_commits_unless_told() {
-        assert_eq!(runtime_threads("sqlite:///var/lib/orbit.db", None, 2), 1);
-        assert_eq!(runtime_threads("sqlite:///var/lib/orbit.db", None, 1), 1);
-        assert_eq!(runtime_threads("sqlite:///var/lib/orbit.db", None, 8), 7);
-        assert_eq!(runtime_threads("postgres://orbit@db/orbit", None, 2), 2);
-        assert_eq!(runtime_threads("sqlite:///var/lib/orbit.db", Some(4), 2), 4);
-        assert_eq!(runtime_threads("postgres://orbit@db/orbit", Some(1), 8), 1);
-    }
+    use super::commits_in_flight;
 
     #[test]
     fn one_commit_written_at_a_time_on_sqlite_two_on_postgres_unless_told() {
