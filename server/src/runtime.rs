@@ -1,11 +1,11 @@
-//! The tokio runtime a server runs on (`orbit server`, `orbit dev`, and the
-//! server `orbit bench` starts in its own process), sized by its store.
+//! The tokio runtime a server runs on (`orbit server`, and the server
+//! `orbit bench` starts in its own process), sized by its store.
 
 /// Threads of the runtime that serves requests and runs the engine on the
 /// store `url`, unless `--threads` (`flag`) says otherwise, on a machine of
 /// `cores`. SQLite's commits and WAL syncs run on threads outside the
 /// runtime, so on SQLite one core is left to them: on two cores, one
-/// runtime thread ran the full-load benchmark about 12 % faster than two,
+/// runtime thread ran the full-load benchmark 6–12 % faster than two,
 /// with fewer wake-ups and frees across threads (see the book's benchmarks
 /// chapter). PostgreSQL does its writing in its own processes.
 pub fn threads(url: &str, flag: Option<u64>, cores: usize) -> usize {
