@@ -741,3 +741,18 @@ fn finding_39_a_failed_batch_forgets_its_new_executions_before_requests_run_agai
     }
     passes(0x91494f09c, Scenario::EvictionInvisible);
 }
+
+/// Finding 40 (`--seeds 15000 --from 60000000000 --scenario
+/// eviction-invisible`, one seed): a start for a finished execution the
+/// engine had forgotten created the parent again, and its first decision
+/// started two children in the same batch; the store refused all three ids.
+/// Only the parent's id was marked as read back, so the children, read back
+/// with it, each asked for a re-decide at the next tick: a tick the run
+/// that had kept them in memory did not take, and the worlds drew apart
+/// from there (a poll's empty answer arrived 28 ms apart, 0xdf847862f).
+/// Every id such a refused batch created is now read back as a load brings
+/// one.
+#[test]
+fn finding_40_the_children_of_a_refused_start_come_back_without_a_tick() {
+    passes(0xdf847862f, Scenario::EvictionInvisible);
+}

@@ -204,9 +204,15 @@ impl Engine {
                     }
                 }
                 let again = creates_to_run_again(&mut txn, &stale);
-                self.writes
-                    .read_back
-                    .extend(again.iter().map(|(id, _, _)| id.clone()));
+                // Every id this batch created and the store refused (a
+                // start's own, and the children its first decision started)
+                // wrote nothing of memory's: each comes back as a load
+                // brings one, without the re-decide a tick would ask for
+                // (simulation, seed 0xdf847862f).
+                let created = stale
+                    .iter()
+                    .filter(|id| txn.drafts.get(*id).is_some_and(|d| d.base_seq == 0));
+                self.writes.read_back.extend(created.cloned());
                 self.abort(txn, &message);
                 for (exec_id, rid, request) in taken {
                     self.ask_load(
