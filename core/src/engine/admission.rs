@@ -73,20 +73,28 @@ impl Engine {
         let p = &e.proj;
         let after = p.status;
         let top = p.parent.is_none();
-        let key = (p.created_at, exec_id.to_string());
-        let workflow = p.workflow.to_string();
-        let parent = p.parent.clone();
+        let created_at = p.created_at;
+        let ended = after.is_terminal() && (was_new || !before.is_terminal());
+        let parent = if ended { p.parent.clone() } else { None };
+        // Most commits change neither set: nothing is allocated for them.
         if top && after.is_active() {
-            self.admission.active.insert(exec_id.to_string(), workflow);
+            if !self.admission.active.contains_key(exec_id) {
+                let workflow = p.workflow.to_string();
+                self.admission.active.insert(exec_id.to_string(), workflow);
+            }
         } else if self.admission.active.remove(exec_id).is_some() {
             self.admission.needed = true;
         }
         if top && after == Status::Pending {
-            self.admission.pending.insert(key);
-        } else {
-            self.admission.pending.remove(&key);
+            self.admission
+                .pending
+                .insert((created_at, exec_id.to_string()));
+        } else if !self.admission.pending.is_empty() {
+            self.admission
+                .pending
+                .remove(&(created_at, exec_id.to_string()));
         }
-        if after.is_terminal() && (was_new || !before.is_terminal()) {
+        if ended {
             self.finish_waits(exec_id);
             if let Some(parent) = parent {
                 self.dirty.insert(parent);

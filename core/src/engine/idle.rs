@@ -175,7 +175,7 @@ impl Engine {
             && p.units.values().all(|u| settled(u))
             && !self.dirty.contains(exec_id)
             && !self.soon.contains_key(exec_id)
-            && !self.work.waits.values().any(|w| w.execution_id == exec_id)
+            && !self.work.waits.on(exec_id)
     }
 
     fn evict(&mut self, exec_id: &str) {

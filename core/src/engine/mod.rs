@@ -30,6 +30,7 @@ mod time;
 mod timers;
 mod together;
 mod txn;
+mod waits;
 mod worker;
 
 pub use time::rfc3339;
@@ -262,7 +263,7 @@ impl Engine {
             } => self.recover(definitions, executions, idempotency),
             Input::Abandoned { id } => {
                 self.work.polls.remove(&id);
-                self.work.waits.remove(&id);
+                self.work.waits.remove(id);
             }
             Input::Adopt { executions } => self.adopt(executions),
             Input::Inbox { entries } => self.inbox(entries),

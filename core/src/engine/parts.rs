@@ -5,7 +5,7 @@
 
 use super::batch::{BatchId, DefinitionRecord};
 use super::input::{Request, RequestId};
-use super::state::{ParkedPoll, ParkedWait, Queued, Session, TokenRef};
+use super::state::{ParkedPoll, Queued, Session, TokenRef};
 use super::txn::Txn;
 use crate::history::Millis;
 use rustc_hash::FxHashMap;
@@ -57,7 +57,7 @@ pub(super) struct Work {
     /// Long polls parked until tasks are handed to them or their deadline.
     pub polls: BTreeMap<RequestId, ParkedPoll>,
     /// `wait` calls parked until their execution ends or their deadline.
-    pub waits: BTreeMap<RequestId, ParkedWait>,
+    pub waits: super::waits::Waits,
     /// Shared cluster mode: sessions of other nodes holding deliveries of
     /// executions owned here, by session.
     pub remote: BTreeMap<String, super::shared::RemoteSession>,

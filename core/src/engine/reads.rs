@@ -293,15 +293,7 @@ impl Engine {
 
     /// Answers parked waits on `exec_id` (it is terminal).
     pub(super) fn finish_waits(&mut self, exec_id: &str) {
-        let ids: Vec<RequestId> = self
-            .work
-            .waits
-            .iter()
-            .filter(|(_, w)| w.execution_id == exec_id)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            self.work.waits.remove(&id);
+        for id in self.work.waits.take(exec_id) {
             if let Some(p) = self.visible(exec_id) {
                 let view = execution_view(p);
                 self.reply(id, Response::ok(200, view));
@@ -312,15 +304,8 @@ impl Engine {
     /// Answers waits whose deadline passed.
     pub(super) fn expire_waits(&mut self) {
         let now = self.now;
-        let ids: Vec<RequestId> = self
-            .work
-            .waits
-            .iter()
-            .filter(|(_, w)| w.deadline <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            if let Some(w) = self.work.waits.remove(&id) {
+        for id in self.work.waits.due(now) {
+            if let Some(w) = self.work.waits.remove(id) {
                 let response = match self.visible(&w.execution_id) {
                     Some(p) => Response::ok(200, execution_view(p)),
                     None => Response::error(

@@ -374,15 +374,7 @@ impl Engine {
         for (rid, _) in e.waiting {
             self.reply(rid, storage_error(message));
         }
-        let waits: Vec<u64> = self
-            .work
-            .waits
-            .iter()
-            .filter(|(_, w)| w.execution_id == exec_id)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in waits {
-            self.work.waits.remove(&id);
+        for id in self.work.waits.take(exec_id) {
             self.reply(id, storage_error(message));
         }
     }

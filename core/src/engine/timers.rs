@@ -334,7 +334,7 @@ impl Engine {
                 .map(|(t, _)| *t),
             stale.then_some(self.now + TICK_MS),
             self.work.polls.values().map(|p| p.deadline).min(),
-            self.work.waits.values().map(|w| w.deadline).min(),
+            self.work.waits.first_deadline(),
             self.work
                 .sessions
                 .values()

@@ -136,10 +136,96 @@ struct Outcomes {
     uncertain: u64,
 }
 
+/// The units the metrics follow, by execution then step, and how many of
+/// them wait in the queue: each event costs a lookup, never a scan.
 #[derive(Debug, Default)]
 struct Units {
-    live: HashMap<(String, String), Unit>,
+    live: HashMap<String, HashMap<String, Unit>>,
+    queued: usize,
     by_task: BTreeMap<String, Outcomes>,
+}
+
+impl Units {
+    fn get_mut(&mut self, execution_id: &str, step: &str) -> Option<&mut Unit> {
+        self.live.get_mut(execution_id)?.get_mut(step)
+    }
+
+    /// A unit was scheduled (again) at `at`.
+    fn schedule(&mut self, execution_id: &str, step: &str, task: &str, at: Millis) {
+        let steps = match self.live.get_mut(execution_id) {
+            Some(steps) => steps,
+            None => self.live.entry(execution_id.to_owned()).or_default(),
+        };
+        let unit = match steps.get_mut(step) {
+            Some(unit) => unit,
+            None => steps.entry(step.to_owned()).or_default(),
+        };
+        if unit.queued_since.is_none() {
+            self.queued += 1;
+        }
+        if unit.task != task {
+            unit.task.clear();
+            unit.task.push_str(task);
+        }
+        unit.queued_since = Some(at);
+        unit.dispatched_at = None;
+    }
+
+    /// The unit left the queue for a worker; returns when it was queued.
+    fn dispatch(&mut self, execution_id: &str, step: &str, at: Millis) -> Option<Millis> {
+        let unit = self.get_mut(execution_id, step)?;
+        let since = unit.queued_since.take();
+        unit.dispatched_at = Some(at);
+        if since.is_some() {
+            self.queued -= 1;
+        }
+        since
+    }
+
+    /// The unit is resolved: it is followed no more.
+    fn resolve(&mut self, execution_id: &str, step: &str) {
+        let Some(steps) = self.live.get_mut(execution_id) else {
+            return;
+        };
+        if let Some(unit) = steps.remove(step) {
+            if unit.queued_since.is_some() {
+                self.queued -= 1;
+            }
+        }
+        if steps.is_empty() {
+            self.live.remove(execution_id);
+        }
+    }
+
+    /// The execution ended: none of its units is followed any more.
+    fn end(&mut self, execution_id: &str) {
+        if let Some(steps) = self.live.remove(execution_id) {
+            self.queued -= steps.values().filter(|u| u.queued_since.is_some()).count();
+        }
+    }
+
+    /// Counts an attempt's outcome against its unit's task, and returns
+    /// when the attempt was dispatched.
+    fn attempt_ended(
+        &mut self,
+        execution_id: &str,
+        step: &str,
+        kind: &EventKind,
+    ) -> Option<Millis> {
+        let Units { live, by_task, .. } = self;
+        let unit = live.get_mut(execution_id)?.get_mut(step)?;
+        if !by_task.contains_key(&unit.task) {
+            by_task.insert(unit.task.clone(), Outcomes::default());
+        }
+        if let Some(o) = by_task.get_mut(&unit.task) {
+            match kind {
+                EventKind::StepSucceeded { .. } => o.succeeded += 1,
+                EventKind::StepAttemptFailed { .. } => o.failed += 1,
+                _ => o.uncertain += 1,
+            }
+        }
+        unit.dispatched_at.take()
+    }
 }
 
 impl Default for Metrics {
@@ -187,9 +273,7 @@ impl Metrics {
     }
 
     fn follow(&self, execution_id: &str, events: &[Event], count: bool) {
-        let mut guard = self.units.lock().unwrap_or_else(|e| e.into_inner());
-        let units = &mut *guard;
-        let key = |step: &str| (execution_id.to_owned(), step.to_owned());
+        let mut units = self.units.lock().unwrap_or_else(|e| e.into_inner());
         let add = |c: &AtomicU64| {
             if count {
                 c.fetch_add(1, Ordering::Relaxed);
@@ -203,47 +287,32 @@ impl Metrics {
                     redelivery,
                     ..
                 } => {
-                    let u = units.live.entry(key(step)).or_default();
-                    u.task.clone_from(task);
-                    u.queued_since = Some(e.at);
-                    u.dispatched_at = None;
+                    units.schedule(execution_id, step, task, e.at);
                     if *redelivery {
                         add(&self.redeliveries);
                     }
                 }
                 EventKind::StepDispatched { step, .. } => {
-                    if let Some(u) = units.live.get_mut(&key(step)) {
-                        if let Some(since) = u.queued_since.take() {
-                            if count {
-                                self.handoff_latency.observe(seconds(since, e.at));
-                            }
+                    if let Some(since) = units.dispatch(execution_id, step, e.at) {
+                        if count {
+                            self.handoff_latency.observe(seconds(since, e.at));
                         }
-                        u.dispatched_at = Some(e.at);
                     }
                     add(&self.steps_dispatched);
                 }
                 EventKind::StepSucceeded { step, .. }
                 | EventKind::StepAttemptFailed { step, .. }
                 | EventKind::StepAttemptUncertain { step, .. } => {
-                    let k = key(step);
-                    if let Some(u) = units.live.get_mut(&k) {
-                        if let Some(at) = u.dispatched_at.take() {
-                            if count {
-                                self.attempt_duration.observe(seconds(at, e.at));
-                            }
+                    if count {
+                        if let Some(at) = units.attempt_ended(execution_id, step, &e.kind) {
+                            self.attempt_duration.observe(seconds(at, e.at));
                         }
-                        if count {
-                            let o = units.by_task.entry(u.task.clone()).or_default();
-                            match e.kind {
-                                EventKind::StepSucceeded { .. } => o.succeeded += 1,
-                                EventKind::StepAttemptFailed { .. } => o.failed += 1,
-                                _ => o.uncertain += 1,
-                            }
-                        }
+                    } else if let Some(u) = units.get_mut(execution_id, step) {
+                        u.dispatched_at = None;
                     }
                     match e.kind {
                         EventKind::StepSucceeded { .. } => {
-                            units.live.remove(&k);
+                            units.resolve(execution_id, step);
                             add(&self.steps_succeeded);
                         }
                         EventKind::StepAttemptFailed { .. } => add(&self.step_attempts_failed),
@@ -251,31 +320,27 @@ impl Metrics {
                     }
                 }
                 EventKind::StepFailed { step, .. } => {
-                    units.live.remove(&key(step));
+                    units.resolve(execution_id, step);
                     add(&self.steps_failed);
                 }
                 EventKind::WorkflowCompleted { .. }
                 | EventKind::WorkflowFailed { .. }
-                | EventKind::WorkflowCancelled { .. } => {
-                    units.live.retain(|(id, _), _| id != execution_id);
-                }
+                | EventKind::WorkflowCancelled { .. } => units.end(execution_id),
                 _ => {}
             }
         }
-        let depth = units
-            .live
-            .values()
-            .filter(|u| u.queued_since.is_some())
-            .count();
-        self.queue_depth
-            .store(i64::try_from(depth).unwrap_or(i64::MAX), Ordering::Relaxed);
+        self.queue_depth.store(
+            i64::try_from(units.queued).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// Units waiting in the queue, per task name.
     fn queue_by_task(&self) -> BTreeMap<String, u64> {
         let units = self.units.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = BTreeMap::new();
-        for u in units.live.values().filter(|u| u.queued_since.is_some()) {
+        let queued = units.live.values().flat_map(HashMap::values);
+        for u in queued.filter(|u| u.queued_since.is_some()) {
             *out.entry(u.task.clone()).or_insert(0) += 1;
         }
         out
