@@ -2,17 +2,19 @@
 //! execution always equals a fold of its stored history from scratch, and
 //! its committed history equals the store's — whatever random sequence of
 //! requests, worker results, storage failures, restarts and time steps
-//! drives it.
+//! drives it. Its typed view (`GET`, `wait`) writes the JSON that a tree
+//! built field by field writes.
 
 #![allow(clippy::unwrap_used)]
 
 mod engine_support;
 
 use engine_support::*;
-use orbit_core::history::Projection;
+use orbit_core::engine::ExecutionView;
+use orbit_core::history::{Projection, Unit, UnitState};
 use orbit_core::{Config, Request};
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 const SOURCE: &str = r#"
 task "demo.work" version "1.0.0" {
@@ -84,7 +86,61 @@ fn check(w: &World) {
         if let Some(p) = w.engine.projection(id) {
             assert_eq!(p, &folded, "projection of {id} differs from the fold");
         }
+        let typed = serde_json::to_string(&ExecutionView::of(&folded)).unwrap();
+        let tree = serde_json::to_string(&tree_view(&folded)).unwrap();
+        assert_eq!(typed, tree, "the typed view of {id} differs from its tree");
     }
+}
+
+fn unit_tree(u: &Unit) -> Value {
+    let (status, output, error) = match &u.state {
+        UnitState::Queued { .. } => ("queued", None, None),
+        UnitState::InFlight { .. } => ("running", None, None),
+        UnitState::Retrying { .. } => ("retrying", None, None),
+        UnitState::Idle => ("queued", None, None),
+        UnitState::Child { .. } => ("running", None, None),
+        UnitState::Succeeded { output } => ("succeeded", Some((**output).clone()), None),
+        UnitState::Failed { error } => ("failed", None, Some(error.clone())),
+    };
+    let mut v = json!({"status": status, "attempt": u.attempt});
+    if let UnitState::Child { child_id } = &u.state {
+        v["child_id"] = json!(child_id);
+    }
+    if let Some(o) = output {
+        v["output"] = o;
+    }
+    if let Some(e) = error {
+        v["error"] = json!({"code": e.code, "message": e.message});
+    }
+    if !u.task.is_empty() {
+        v["task"] = json!(u.task);
+        v["idempotency_key"] = json!(u.idempotency_key);
+    }
+    v
+}
+
+/// An execution's view as a JSON tree, built field by field (the typed
+/// [`ExecutionView`] must write the same JSON, byte for byte).
+fn tree_view(p: &Projection) -> Value {
+    let units: serde_json::Map<String, Value> = p
+        .units
+        .iter()
+        .map(|(name, u)| (name.clone(), unit_tree(u)))
+        .collect();
+    json!({
+        "execution_id": p.execution_id,
+        "workflow": p.workflow,
+        "version": p.version,
+        "definition_hash": p.definition_hash,
+        "parent": p.parent,
+        "status": p.status.as_str(),
+        "input": *p.input,
+        "output": p.output,
+        "error": p.error,
+        "created_at": orbit_core::engine::rfc3339(p.created_at),
+        "updated_at": orbit_core::engine::rfc3339(p.updated_at),
+        "units": units,
+    })
 }
 
 fn run(actions: Vec<Action>) {

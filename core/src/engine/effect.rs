@@ -2,6 +2,7 @@
 
 use super::batch::Batch;
 use super::input::RequestId;
+use super::view::ExecutionView;
 use crate::history::{Event, Millis};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -137,6 +138,16 @@ impl Response {
         }
     }
 
+    /// The `200` answer showing an execution, kept typed until the edge
+    /// serializes it.
+    pub fn execution(view: ExecutionView) -> Response {
+        Response {
+            status: 200,
+            body: Body::typed(Typed::Execution(view)),
+            replayed: false,
+        }
+    }
+
     /// An error answer `{"error": {"code", "message"}}`.
     pub fn error(status: u16, code: &str, message: impl Into<String>) -> Response {
         Response {
@@ -155,21 +166,39 @@ impl Response {
 }
 
 /// A reply's JSON body. Most answers are JSON trees; a poll's hand-out
-/// stays a list of typed [`Task`]s, serialized once, where the answer leaves
-/// the process ([`Serialize`] writes the same JSON the tree would hold).
+/// (typed [`Task`]s) and an execution's view ([`ExecutionView`]) stay typed,
+/// serialized once, where the answer leaves the process ([`Serialize`]
+/// writes the same JSON the tree would hold).
 ///
-/// It reads as a [`serde_json::Value`] (`Deref`): for a hand-out the tree is
-/// built on the first look, and a mutable look turns the body into that
+/// It reads as a [`serde_json::Value`] (`Deref`): for a typed body the tree
+/// is built on the first look, and a mutable look turns the body into that
 /// tree for good. [`Body::field`] and [`Body::insert`] read and add fields
-/// without building it.
+/// of a hand-out without building it.
 #[derive(Clone, Default)]
 pub struct Body {
-    /// The tree (`Null` while `hand_out` holds the body).
+    /// The tree (`Null` while `typed` holds the body).
     json: serde_json::Value,
-    /// A poll's hand-out, untouched since the engine made it.
-    hand_out: Option<Box<HandOut>>,
-    /// The tree of `hand_out`, once looked at.
+    /// The answer as the engine made it, untouched since.
+    typed: Option<Box<Typed>>,
+    /// The tree of `typed`, once looked at.
     built: std::sync::OnceLock<serde_json::Value>,
+}
+
+/// The answers kept typed.
+#[derive(Clone)]
+enum Typed {
+    HandOut(HandOut),
+    Execution(ExecutionView),
+}
+
+impl Typed {
+    /// The same JSON as a tree.
+    fn into_tree(self) -> serde_json::Value {
+        match self {
+            Typed::HandOut(h) => h.into_tree(),
+            Typed::Execution(v) => v.to_json(),
+        }
+    }
 }
 
 /// A poll's answer kept typed: `{"tasks": [...], ...beside}`.
@@ -195,26 +224,37 @@ impl HandOut {
 impl Body {
     /// The body `{"tasks": [...]}` of a poll handing out `tasks`.
     pub fn tasks(tasks: Vec<Task>) -> Body {
+        Body::typed(Typed::HandOut(HandOut {
+            tasks,
+            beside: serde_json::Map::new(),
+        }))
+    }
+
+    fn typed(typed: Typed) -> Body {
         Body {
             json: serde_json::Value::Null,
-            hand_out: Some(Box::new(HandOut {
-                tasks,
-                beside: serde_json::Map::new(),
-            })),
+            typed: Some(Box::new(typed)),
             built: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn hand_out(&self) -> Option<&HandOut> {
+        match self.typed.as_deref() {
+            Some(Typed::HandOut(h)) => Some(h),
+            _ => None,
         }
     }
 
     /// The tasks of a poll's hand-out made with [`Body::tasks`] (`None` for
     /// any other body, or once it was changed as JSON).
     pub fn as_tasks(&self) -> Option<&[Task]> {
-        self.hand_out.as_ref().map(|h| h.tasks.as_slice())
+        self.hand_out().map(|h| h.tasks.as_slice())
     }
 
     /// A top-level field of the body. A hand-out's tree is built only
     /// when `key` is `tasks`: the other fields are read where they are.
     pub fn field(&self, key: &str) -> Option<&serde_json::Value> {
-        match &self.hand_out {
+        match self.hand_out() {
             Some(h) if key != "tasks" => h.beside.get(key),
             _ => self.get(key),
         }
@@ -224,8 +264,8 @@ impl Body {
     /// hand-out stays typed. False, and nothing changed, when the body is
     /// not an object or `key` is a hand-out's `tasks`.
     pub fn insert(&mut self, key: &str, value: serde_json::Value) -> bool {
-        let Some(h) = &mut self.hand_out else {
-            let Some(fields) = self.json.as_object_mut() else {
+        let Some(Typed::HandOut(h)) = self.typed.as_deref_mut() else {
+            let Some(fields) = (**self).as_object_mut() else {
                 return false;
             };
             fields.insert(key.to_owned(), value);
@@ -243,8 +283,8 @@ impl Body {
 
     /// The body as a JSON tree.
     pub fn into_json(self) -> serde_json::Value {
-        match self.hand_out {
-            Some(h) => self.built.into_inner().unwrap_or_else(|| h.into_tree()),
+        match self.typed {
+            Some(t) => self.built.into_inner().unwrap_or_else(|| t.into_tree()),
             None => self.json,
         }
     }
@@ -254,7 +294,7 @@ impl From<serde_json::Value> for Body {
     fn from(json: serde_json::Value) -> Body {
         Body {
             json,
-            hand_out: None,
+            typed: None,
             built: std::sync::OnceLock::new(),
         }
     }
@@ -264,8 +304,8 @@ impl std::ops::Deref for Body {
     type Target = serde_json::Value;
 
     fn deref(&self) -> &serde_json::Value {
-        match &self.hand_out {
-            Some(h) => self.built.get_or_init(|| (**h).clone().into_tree()),
+        match &self.typed {
+            Some(t) => self.built.get_or_init(|| (**t).clone().into_tree()),
             None => &self.json,
         }
     }
@@ -273,8 +313,8 @@ impl std::ops::Deref for Body {
 
 impl std::ops::DerefMut for Body {
     fn deref_mut(&mut self) -> &mut serde_json::Value {
-        if let Some(h) = self.hand_out.take() {
-            self.json = self.built.take().unwrap_or_else(|| h.into_tree());
+        if let Some(t) = self.typed.take() {
+            self.json = self.built.take().unwrap_or_else(|| t.into_tree());
         }
         &mut self.json
     }
@@ -282,7 +322,7 @@ impl std::ops::DerefMut for Body {
 
 impl PartialEq for Body {
     fn eq(&self, other: &Body) -> bool {
-        match (&self.hand_out, &other.hand_out) {
+        match (self.hand_out(), other.hand_out()) {
             (Some(a), Some(b)) => a == b,
             _ => **self == **other,
         }
@@ -315,9 +355,10 @@ impl std::fmt::Display for Body {
 
 impl Serialize for Body {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match &self.hand_out {
-            // Straight from the typed tasks.
-            Some(h) => h.serialize(serializer),
+        match self.typed.as_deref() {
+            // Straight from the typed answer.
+            Some(Typed::HandOut(h)) => h.serialize(serializer),
+            Some(Typed::Execution(v)) => v.serialize(serializer),
             None => self.json.serialize(serializer),
         }
     }

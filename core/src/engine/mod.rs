@@ -30,6 +30,7 @@ mod time;
 mod timers;
 mod together;
 mod txn;
+mod view;
 mod waits;
 mod worker;
 
@@ -47,6 +48,7 @@ pub use load::LoadId;
 pub use planted::Bug;
 pub use reads::{event_view, execution_view, NOT_HELD};
 pub use shared::{ClaimId, SendId, INBOX_REQUESTS};
+pub use view::ExecutionView;
 
 use crate::history::Millis;
 use load::Loads;

@@ -4,58 +4,15 @@
 use super::effect::Response;
 use super::input::{ListFilter, Request, RequestId};
 use super::state::ParkedWait;
+use super::view::ExecutionView;
 use super::{rfc3339, Engine};
-use crate::history::{DispatchState, Event, Projection, Unit, UnitState};
+use crate::history::{DispatchState, Event, Projection};
 use serde_json::{json, Value};
 
-fn unit_view(u: &Unit) -> Value {
-    let (status, output, error) = match &u.state {
-        UnitState::Queued { .. } => ("queued", None, None),
-        UnitState::InFlight { .. } => ("running", None, None),
-        UnitState::Retrying { .. } => ("retrying", None, None),
-        UnitState::Idle => ("queued", None, None),
-        UnitState::Child { .. } => ("running", None, None),
-        UnitState::Succeeded { output } => ("succeeded", Some((**output).clone()), None),
-        UnitState::Failed { error } => ("failed", None, Some(error.clone())),
-    };
-    let mut v = json!({"status": status, "attempt": u.attempt});
-    if let UnitState::Child { child_id } = &u.state {
-        v["child_id"] = json!(child_id);
-    }
-    if let Some(o) = output {
-        v["output"] = o;
-    }
-    if let Some(e) = error {
-        v["error"] = json!({"code": e.code, "message": e.message});
-    }
-    if !u.task.is_empty() {
-        v["task"] = json!(u.task);
-        v["idempotency_key"] = json!(u.idempotency_key);
-    }
-    v
-}
-
-/// An execution as `GET /v1/executions/{id}` shows it.
+/// An execution as `GET /v1/executions/{id}` shows it, as a JSON tree (the
+/// engine's own answers keep it typed: [`ExecutionView`]).
 pub fn execution_view(p: &Projection) -> Value {
-    let units: serde_json::Map<String, Value> = p
-        .units
-        .iter()
-        .map(|(name, u)| (name.clone(), unit_view(u)))
-        .collect();
-    json!({
-        "execution_id": p.execution_id,
-        "workflow": p.workflow,
-        "version": p.version,
-        "definition_hash": p.definition_hash,
-        "parent": p.parent,
-        "status": p.status.as_str(),
-        "input": *p.input,
-        "output": p.output,
-        "error": p.error,
-        "created_at": rfc3339(p.created_at),
-        "updated_at": rfc3339(p.updated_at),
-        "units": units,
-    })
+    ExecutionView::of(p).to_json()
 }
 
 /// One event as the history API shows it: `{"seq", "at" (RFC 3339),
@@ -92,7 +49,7 @@ impl Engine {
             return;
         }
         let response = match self.visible(exec_id) {
-            Some(p) => Response::ok(200, execution_view(p)),
+            Some(p) => Response::execution(ExecutionView::of(p)),
             None => Response::error(
                 404,
                 "UNKNOWN_EXECUTION",
@@ -264,8 +221,8 @@ impl Engine {
             );
         };
         if p.status.is_terminal() || timeout_ms == 0 {
-            let view = execution_view(p);
-            return self.reply(id, Response::ok(200, view));
+            let view = ExecutionView::of(p);
+            return self.reply(id, Response::execution(view));
         }
         self.work.waits.insert(
             id,
@@ -295,8 +252,8 @@ impl Engine {
     pub(super) fn finish_waits(&mut self, exec_id: &str) {
         for id in self.work.waits.take(exec_id) {
             if let Some(p) = self.visible(exec_id) {
-                let view = execution_view(p);
-                self.reply(id, Response::ok(200, view));
+                let view = ExecutionView::of(p);
+                self.reply(id, Response::execution(view));
             }
         }
     }
@@ -307,7 +264,7 @@ impl Engine {
         for id in self.work.waits.due(now) {
             if let Some(w) = self.work.waits.remove(id) {
                 let response = match self.visible(&w.execution_id) {
-                    Some(p) => Response::ok(200, execution_view(p)),
+                    Some(p) => Response::execution(ExecutionView::of(p)),
                     None => Response::error(
                         404,
                         "UNKNOWN_EXECUTION",

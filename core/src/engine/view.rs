@@ -1,0 +1,132 @@
+//! An execution as `GET /v1/executions/{id}` and `wait` show it, kept
+//! typed until the edge serializes it: taking it from a projection clones
+//! shared pointers, not the execution's input or its units.
+
+use super::rfc3339;
+use crate::history::{Millis, Projection, Status, Unit, UnitState, WorkflowError};
+use imbl::OrdMap;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use std::sync::Arc;
+
+/// The execution's view: `{"execution_id", "workflow", "version",
+/// "definition_hash", "parent", "status", "input", "output", "error",
+/// "created_at", "updated_at", "units"}`. Keys are written in sorted
+/// order, as a JSON tree of the same answer would hold them.
+#[derive(Debug, Clone)]
+pub struct ExecutionView {
+    execution_id: Arc<str>,
+    workflow: Arc<str>,
+    version: Arc<str>,
+    definition_hash: Arc<str>,
+    parent: Option<String>,
+    status: Status,
+    input: Arc<serde_json::Value>,
+    output: Option<serde_json::Value>,
+    error: Option<WorkflowError>,
+    created_at: Millis,
+    updated_at: Millis,
+    units: OrdMap<String, Arc<Unit>>,
+}
+
+impl ExecutionView {
+    /// The view of `p` as it stands.
+    pub fn of(p: &Projection) -> ExecutionView {
+        ExecutionView {
+            execution_id: p.execution_id.clone(),
+            workflow: p.workflow.clone(),
+            version: p.version.clone(),
+            definition_hash: p.definition_hash.clone(),
+            parent: p.parent.clone(),
+            status: p.status,
+            input: p.input.clone(),
+            output: p.output.clone(),
+            error: p.error.clone(),
+            created_at: p.created_at,
+            updated_at: p.updated_at,
+            units: p.units.clone(),
+        }
+    }
+
+    /// The same answer as a JSON tree.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Serialize for ExecutionView {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut m = serializer.serialize_map(Some(12))?;
+        m.serialize_entry("created_at", &rfc3339(self.created_at))?;
+        m.serialize_entry("definition_hash", &*self.definition_hash)?;
+        m.serialize_entry("error", &self.error)?;
+        m.serialize_entry("execution_id", &*self.execution_id)?;
+        m.serialize_entry("input", &*self.input)?;
+        m.serialize_entry("output", &self.output)?;
+        m.serialize_entry("parent", &self.parent)?;
+        m.serialize_entry("status", self.status.as_str())?;
+        m.serialize_entry("units", &Units(&self.units))?;
+        m.serialize_entry("updated_at", &rfc3339(self.updated_at))?;
+        m.serialize_entry("version", &*self.version)?;
+        m.serialize_entry("workflow", &*self.workflow)?;
+        m.end()
+    }
+}
+
+/// The units, by name.
+struct Units<'a>(&'a OrdMap<String, Arc<Unit>>);
+
+impl Serialize for Units<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, u)| (name, UnitView(u))))
+    }
+}
+
+/// One unit: `{"attempt", "child_id"?, "error"?: {"code", "message"},
+/// "idempotency_key"?, "output"?, "status", "task"?}`.
+struct UnitView<'a>(&'a Unit);
+
+impl Serialize for UnitView<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let u = self.0;
+        let status = match &u.state {
+            UnitState::Queued { .. } | UnitState::Idle => "queued",
+            UnitState::InFlight { .. } | UnitState::Child { .. } => "running",
+            UnitState::Retrying { .. } => "retrying",
+            UnitState::Succeeded { .. } => "succeeded",
+            UnitState::Failed { .. } => "failed",
+        };
+        let mut m = serializer.serialize_map(None)?;
+        m.serialize_entry("attempt", &u.attempt)?;
+        if let UnitState::Child { child_id } = &u.state {
+            m.serialize_entry("child_id", child_id)?;
+        }
+        if let UnitState::Failed { error } = &u.state {
+            m.serialize_entry(
+                "error",
+                &ErrorView {
+                    code: &error.code,
+                    message: &error.message,
+                },
+            )?;
+        }
+        let task = !u.task.is_empty();
+        if task {
+            m.serialize_entry("idempotency_key", &u.idempotency_key)?;
+        }
+        if let UnitState::Succeeded { output } = &u.state {
+            m.serialize_entry("output", &**output)?;
+        }
+        m.serialize_entry("status", status)?;
+        if task {
+            m.serialize_entry("task", &u.task)?;
+        }
+        m.end()
+    }
+}
+
+/// A unit's error as the view shows it (without `retryable`).
+#[derive(serde::Serialize)]
+struct ErrorView<'a> {
+    code: &'a str,
+    message: &'a str,
+}
