@@ -1,6 +1,8 @@
 //! The tokio runtime a server runs on (`orbit server`, and the server
 //! `orbit bench` starts in its own process), sized by its store.
 
+use orbit_io_tokio::storage::is_postgres;
+
 /// Threads of the runtime that serves requests and runs the engine on the
 /// store `url`, unless `--threads` (`flag`) says otherwise, on a machine of
 /// `cores`. SQLite's commits and WAL syncs run on threads outside the
@@ -11,7 +13,7 @@
 pub fn threads(url: &str, flag: Option<u64>, cores: usize) -> usize {
     match flag {
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-        None if url.starts_with("postgres:") || url.starts_with("postgresql:") => cores.max(1),
+        None if is_postgres(url) => cores.max(1),
         None => cores.saturating_sub(1).max(1),
     }
 }

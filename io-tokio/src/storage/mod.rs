@@ -17,3 +17,9 @@ pub use orbit_core::store::{
 };
 pub use postgres::{claim, InDoubt, Outcome, PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};
+
+/// Whether the store URL `url` names a PostgreSQL database
+/// (`postgres://…` or `postgresql://…`); SQLite's are `sqlite://…`.
+pub fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres:") || url.starts_with("postgresql:")
+}

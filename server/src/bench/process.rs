@@ -5,6 +5,7 @@
 //! the small JSON-over-HTTP helper those workloads share.
 
 use super::BenchError;
+use orbit_io_tokio::storage::is_postgres;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,9 +32,7 @@ impl Store {
         let backend = match db {
             None => "sqlite",
             Some(url) if url.starts_with("sqlite:") => "sqlite",
-            Some(url) if url.starts_with("postgres:") || url.starts_with("postgresql:") => {
-                "postgres"
-            }
+            Some(url) if is_postgres(url) => "postgres",
             Some(url) => {
                 return Err(BenchError::Usage(format!(
                     "--db `{url}`: expected sqlite://PATH or postgres://..."

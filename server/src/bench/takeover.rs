@@ -9,6 +9,7 @@
 use super::process::{self, ServerProcess, Store};
 use super::workload;
 use super::BenchError;
+use orbit_io_tokio::storage::is_postgres;
 use serde::Serialize;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -160,7 +161,7 @@ async fn leader(
 /// Runs the takeover workload.
 pub async fn run(config: &Config) -> Result<TakeoverReport, BenchError> {
     let db = match config.db.as_deref() {
-        Some(url) if url.starts_with("postgres:") || url.starts_with("postgresql:") => url,
+        Some(url) if is_postgres(url) => url,
         _ => {
             return Err(BenchError::Usage(
                 "the takeover workload runs a --cluster, which needs PostgreSQL: \

@@ -10,7 +10,7 @@ use crate::api::{self, AppState};
 use crate::runtime;
 use orbit_io_tokio::driver::{self, Driver};
 use orbit_io_tokio::storage::{
-    claim, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
+    claim, is_postgres, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ pub async fn open_store(
     if url.starts_with("sqlite:") {
         let store = SqliteStore::open(&SqliteOptions::new(url)).await?;
         Ok((Arc::new(store), "sqlite"))
-    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+    } else if is_postgres(url) {
         let options = PostgresOptions {
             writers: u32::try_from(commits_in_flight).unwrap_or(u32::MAX),
             ..PostgresOptions::new(url)
@@ -130,7 +130,7 @@ async fn serve(
     // benchmark never runs beside a server that uses it. Held until the
     // server has stopped.
     let started = async {
-        let claim = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        let claim = if is_postgres(&url) {
             Some(claim::Claim::take(&url, claim::Use::Alone).await?)
         } else {
             None

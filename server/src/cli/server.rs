@@ -7,6 +7,7 @@ use crate::cli::common::parse_duration;
 use orbit_core::engine::Config;
 use orbit_io_tokio::builtin::{self, allow::AllowPattern};
 use orbit_io_tokio::driver::{self, Clock, Driver};
+pub(super) use orbit_io_tokio::storage::is_postgres;
 use orbit_io_tokio::storage::{
     claim, PostgresOptions, PostgresStore, SqliteOptions, SqliteStore, Storage, StorageError,
 };
@@ -275,7 +276,7 @@ pub async fn open_store(
     if url.starts_with("sqlite:") {
         let store = SqliteStore::open(&SqliteOptions::new(url)).await?;
         Ok(Arc::new(store))
-    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+    } else if is_postgres(url) {
         let store = PostgresStore::open(&postgres_options(url, commits_in_flight)).await?;
         Ok(Arc::new(store))
     } else {
@@ -291,11 +292,6 @@ pub async fn open_store(
 /// connections.
 pub fn commits_in_flight(url: &str, flag: Option<u64>) -> u64 {
     flag.unwrap_or(if is_postgres(url) { 2 } else { 1 })
-}
-
-/// Whether `url` names a PostgreSQL database.
-pub(super) fn is_postgres(url: &str) -> bool {
-    url.starts_with("postgres:") || url.starts_with("postgresql:")
 }
 
 /// Refuses flag combinations `--cluster` cannot run with.
