@@ -164,6 +164,8 @@ fn every_event_kind_has_a_pinned_encoding_that_round_trips() {
     for (line, event) in PINNED.lines().zip(&events) {
         let back: Event = serde_json::from_str(line).unwrap();
         assert_eq!(&back, event);
+        let tag = format!(r#""type":"{}""#, event.kind.type_name());
+        assert!(line.contains(&tag), "{line} has no {tag}");
     }
 }
 

@@ -262,3 +262,34 @@ pub enum EventKind {
     /// Terminal: cancelled.
     WorkflowCancelled {},
 }
+
+impl EventKind {
+    /// The kind's name, as its encoding's `type` tag writes it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventKind::WorkflowCreated { .. } => "WorkflowCreated",
+            EventKind::WorkflowStarted { .. } => "WorkflowStarted",
+            EventKind::StepFanOut { .. } => "StepFanOut",
+            EventKind::StepScheduled { .. } => "StepScheduled",
+            EventKind::StepDispatched { .. } => "StepDispatched",
+            EventKind::StepAttemptUncertain { .. } => "StepAttemptUncertain",
+            EventKind::StepSucceeded { .. } => "StepSucceeded",
+            EventKind::StepAttemptFailed { .. } => "StepAttemptFailed",
+            EventKind::StepFailed { .. } => "StepFailed",
+            EventKind::StepSkipped { .. } => "StepSkipped",
+            EventKind::StaleResultIgnored { .. } => "StaleResultIgnored",
+            EventKind::TimerStarted { .. } => "TimerStarted",
+            EventKind::TimerFired { .. } => "TimerFired",
+            EventKind::SignalReceived { .. } => "SignalReceived",
+            EventKind::SignalConsumed { .. } => "SignalConsumed",
+            EventKind::ChildStarted { .. } => "ChildStarted",
+            EventKind::ChildCompleted { .. } => "ChildCompleted",
+            EventKind::ChildFailed { .. } => "ChildFailed",
+            EventKind::CompensationStarted { .. } => "CompensationStarted",
+            EventKind::WorkflowCancelRequested { .. } => "WorkflowCancelRequested",
+            EventKind::WorkflowCompleted { .. } => "WorkflowCompleted",
+            EventKind::WorkflowFailed { .. } => "WorkflowFailed",
+            EventKind::WorkflowCancelled { .. } => "WorkflowCancelled",
+        }
+    }
+}

@@ -1161,7 +1161,6 @@ impl Storage for PostgresStore {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::storage::rows::type_of;
 
     #[test]
     fn a_lost_connection_during_commit_is_ambiguous() {
@@ -1178,16 +1177,5 @@ mod tests {
             commit_error(sqlx::Error::PoolTimedOut),
             StorageError::Ambiguous(_)
         ));
-    }
-
-    #[test]
-    fn event_types_are_the_serialised_tag() {
-        let event = crate::storage::contract::events(1, 2);
-        let ty = |e: &Event| type_of(&encode(e).unwrap());
-        assert_eq!(ty(&event[0]), "WorkflowCreated");
-        assert_eq!(ty(&event[1]), "SignalReceived");
-        // The same as the type read from the full JSON tree.
-        let tree = serde_json::to_value(&event[1]).unwrap();
-        assert_eq!(tree["type"], ty(&event[1]));
     }
 }

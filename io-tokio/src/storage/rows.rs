@@ -33,20 +33,6 @@ pub(super) fn encode<T: serde::Serialize>(value: &T) -> Result<String, StorageEr
     serde_json::to_string(value).map_err(|e| StorageError::Unavailable(format!("encode: {e}")))
 }
 
-/// The `type` tag of an encoded event, read with a borrowed one-field parse
-/// instead of a `serde_json::Value` tree (this runs for every event of
-/// every commit).
-pub(super) fn type_of(body: &str) -> String {
-    #[derive(serde::Deserialize)]
-    struct Tag<'a> {
-        #[serde(rename = "type", borrow)]
-        ty: std::borrow::Cow<'a, str>,
-    }
-    serde_json::from_str::<Tag<'_>>(body)
-        .map(|t| t.ty.into_owned())
-        .unwrap_or_default()
-}
-
 /// A count or time into a signed column.
 pub(super) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)

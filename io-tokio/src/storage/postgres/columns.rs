@@ -4,7 +4,7 @@
 //! back into rows on the server); and the parts of those statements that
 //! turn the execution columns into rows and totals.
 
-use super::super::rows::{encode, finished_at, last_seq, owner, to_i64, type_of};
+use super::super::rows::{encode, finished_at, last_seq, owner, to_i64};
 use super::super::{Append, IdempotencyRecord, StorageError, Transaction};
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -72,7 +72,7 @@ pub(super) struct Columns<'a> {
     event_ids: Vec<&'a str>,
     seqs: Vec<i64>,
     ats: Vec<i64>,
-    types: Vec<String>,
+    types: Vec<&'static str>,
     bodies: Vec<String>,
 }
 
@@ -135,9 +135,8 @@ impl<'a> Columns<'a> {
                 c.event_ids.push(append.execution_id.as_str());
                 c.seqs.push(to_i64(event.seq));
                 c.ats.push(to_i64(event.at));
-                let body = encode(event)?;
-                c.types.push(type_of(&body));
-                c.bodies.push(body);
+                c.types.push(event.kind.type_name());
+                c.bodies.push(encode(event)?);
             }
         }
         Ok(c)

@@ -8,9 +8,7 @@
 //! Everything is encoded by [`Commit::new`] before the job is sent, so the
 //! writer is held only for SQLite's own work.
 
-use super::super::rows::{
-    self, encode, finished_at, last_seq, owner, to_i64, type_of, unavailable,
-};
+use super::super::rows::{self, encode, finished_at, last_seq, owner, to_i64, unavailable};
 use super::super::{Consumed, Owner, QueueOp, StorageError, Transaction};
 use super::committer::Link;
 use super::sync::WalSync;
@@ -23,7 +21,7 @@ pub(super) struct Commit {
     claims: Vec<Claim>,
     consumed: Vec<Consumed>,
     /// Execution id, seq, time, type, body.
-    events: Vec<(String, i64, i64, String, String)>,
+    events: Vec<(String, i64, i64, &'static str, String)>,
     projections: Vec<Projection>,
     /// Name, version, hash, kind, filename, source, body, registered at.
     definitions: Vec<[Value; 8]>,
@@ -85,14 +83,12 @@ impl Commit {
         let mut projections = Vec::with_capacity(tx.appends.len());
         for a in &tx.appends {
             for event in a.events.iter() {
-                let body = encode(event)?;
-                let ty = type_of(&body);
                 events.push((
                     a.execution_id.clone(),
                     to_i64(event.seq),
                     to_i64(event.at),
-                    ty,
-                    body,
+                    event.kind.type_name(),
+                    encode(event)?,
                 ));
             }
             let p = &a.projection;
