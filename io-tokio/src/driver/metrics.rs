@@ -3,6 +3,7 @@
 
 use orbit_core::history::Millis;
 use orbit_core::history::{Event, EventKind};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -140,7 +141,7 @@ struct Outcomes {
 /// them wait in the queue: each event costs a lookup, never a scan.
 #[derive(Debug, Default)]
 struct Units {
-    live: HashMap<String, HashMap<String, Unit>>,
+    live: FxHashMap<String, FxHashMap<String, Unit>>,
     queued: usize,
     by_task: BTreeMap<String, Outcomes>,
 }
@@ -339,7 +340,7 @@ impl Metrics {
     fn queue_by_task(&self) -> BTreeMap<String, u64> {
         let units = self.units.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = BTreeMap::new();
-        let queued = units.live.values().flat_map(HashMap::values);
+        let queued = units.live.values().flat_map(FxHashMap::values);
         for u in queued.filter(|u| u.queued_since.is_some()) {
             *out.entry(u.task.clone()).or_insert(0) += 1;
         }

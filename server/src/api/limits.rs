@@ -9,7 +9,7 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -62,6 +62,11 @@ pub async fn body_deadline(timeout: Duration, request: Request, next: Next) -> R
     let stream = body.into_data_stream();
     let timed = futures_util::stream::unfold(Some(stream), move |state| async move {
         let mut stream = state?;
+        // A chunk already here is taken without arming a timer (most
+        // bodies arrive with their headers); `next` is cancel-safe.
+        if let Some(ready) = stream.next().now_or_never() {
+            return ready.map(|item| (item, Some(stream)));
+        }
         match tokio::time::timeout_at(deadline, stream.next()).await {
             Ok(Some(item)) => Some((item, Some(stream))),
             Ok(None) => None,
