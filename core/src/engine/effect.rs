@@ -184,8 +184,10 @@ pub struct Body {
     built: std::sync::OnceLock<serde_json::Value>,
 }
 
-/// The answers kept typed.
+/// The answers kept typed (a body holds one in a `Box`, so the variants'
+/// sizes do not add to every reply's).
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 enum Typed {
     HandOut(HandOut),
     Execution(ExecutionView),

@@ -2,8 +2,10 @@
 //! typed until the edge serializes it: taking it from a projection clones
 //! shared pointers, not the execution's input or its units.
 
+use super::batch::Summary;
 use super::rfc3339;
-use crate::history::{Millis, Projection, Status, Unit, UnitState, WorkflowError};
+use super::txn::summary;
+use crate::history::{Projection, Unit, UnitState};
 use imbl::OrdMap;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::sync::Arc;
@@ -14,17 +16,8 @@ use std::sync::Arc;
 /// order, as a JSON tree of the same answer would hold them.
 #[derive(Debug, Clone)]
 pub struct ExecutionView {
-    execution_id: Arc<str>,
-    workflow: Arc<str>,
-    version: Arc<str>,
-    definition_hash: Arc<str>,
-    parent: Option<String>,
-    status: Status,
-    input: Arc<serde_json::Value>,
-    output: Option<serde_json::Value>,
-    error: Option<WorkflowError>,
-    created_at: Millis,
-    updated_at: Millis,
+    /// What the stored summary holds (the same pointers).
+    summary: Summary,
     units: OrdMap<String, Arc<Unit>>,
 }
 
@@ -32,17 +25,7 @@ impl ExecutionView {
     /// The view of `p` as it stands.
     pub fn of(p: &Projection) -> ExecutionView {
         ExecutionView {
-            execution_id: p.execution_id.clone(),
-            workflow: p.workflow.clone(),
-            version: p.version.clone(),
-            definition_hash: p.definition_hash.clone(),
-            parent: p.parent.clone(),
-            status: p.status,
-            input: p.input.clone(),
-            output: p.output.clone(),
-            error: p.error.clone(),
-            created_at: p.created_at,
-            updated_at: p.updated_at,
+            summary: summary(p),
             units: p.units.clone(),
         }
     }
@@ -55,19 +38,20 @@ impl ExecutionView {
 
 impl Serialize for ExecutionView {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let s = &self.summary;
         let mut m = serializer.serialize_map(Some(12))?;
-        m.serialize_entry("created_at", &rfc3339(self.created_at))?;
-        m.serialize_entry("definition_hash", &*self.definition_hash)?;
-        m.serialize_entry("error", &self.error)?;
-        m.serialize_entry("execution_id", &*self.execution_id)?;
-        m.serialize_entry("input", &*self.input)?;
-        m.serialize_entry("output", &self.output)?;
-        m.serialize_entry("parent", &self.parent)?;
-        m.serialize_entry("status", self.status.as_str())?;
+        m.serialize_entry("created_at", &rfc3339(s.created_at))?;
+        m.serialize_entry("definition_hash", &*s.definition_hash)?;
+        m.serialize_entry("error", &s.error)?;
+        m.serialize_entry("execution_id", &*s.execution_id)?;
+        m.serialize_entry("input", &*s.input)?;
+        m.serialize_entry("output", &s.output)?;
+        m.serialize_entry("parent", &s.parent)?;
+        m.serialize_entry("status", s.status.as_str())?;
         m.serialize_entry("units", &Units(&self.units))?;
-        m.serialize_entry("updated_at", &rfc3339(self.updated_at))?;
-        m.serialize_entry("version", &*self.version)?;
-        m.serialize_entry("workflow", &*self.workflow)?;
+        m.serialize_entry("updated_at", &rfc3339(s.updated_at))?;
+        m.serialize_entry("version", &*s.version)?;
+        m.serialize_entry("workflow", &*s.workflow)?;
         m.end()
     }
 }
