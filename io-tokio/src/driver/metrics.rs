@@ -594,6 +594,18 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
+        // Another execution's unit waits; `e` ends with `c` still queued
+        // and `a` attempted: only the other one is left in the queue.
+        m.record_events("f", &[scheduled(1, 4_000, "a", "demo.work")]);
+        assert_eq!(m.queue_depth.load(Ordering::Relaxed), 2);
+        m.record_events(
+            "e",
+            &[event(8, 4_100, json!({"type": "WorkflowCancelled"}))],
+        );
+        assert_eq!(m.queue_depth.load(Ordering::Relaxed), 1);
+        assert!(m
+            .render(&[])
+            .contains("orbit_queue_depth_by_task{task=\"demo.work\"} 1"));
     }
 
     #[test]
