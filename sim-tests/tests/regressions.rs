@@ -756,3 +756,18 @@ fn finding_39_a_failed_batch_forgets_its_new_executions_before_requests_run_agai
 fn finding_40_the_children_of_a_refused_start_come_back_without_a_tick() {
     passes(0xdf847862f, Scenario::EvictionInvisible);
 }
+
+/// Finding 41 (checker, `--seeds 5000 --from 918197703 --scenario all`,
+/// one seed): a worker on a member that did not own the execution reported
+/// a failure for a delivery the owner had already made uncertain; the
+/// member stored it in the owner's inbox and answered `accepted: true`, as
+/// shared mode promises, and the owner later recorded it as stale. By the
+/// time the worker read the answer the history held a failure of the same
+/// attempt, from the redelivery that replaced it, so the simulator took
+/// the answer for the owner's own judgement and expected that delivery to
+/// have failed. An answer to a result stored in the inbox is now held to
+/// the deferred rule, whatever the history holds when the worker reads it.
+#[test]
+fn finding_41_a_result_accepted_into_the_inbox_is_not_the_owners_judgement() {
+    passes(0x36baa26e, Scenario::ClusterShared);
+}

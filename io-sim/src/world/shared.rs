@@ -90,6 +90,9 @@ pub(crate) struct SharedCluster {
     consumed: BTreeMap<i64, String>,
     /// Tokens of consumed `dispatch` entries.
     consumed_dispatches: BTreeSet<String>,
+    /// Tokens whose result was stored in an owner's inbox (a member that
+    /// stored it answered `accepted: true` before the owner judged it).
+    forwarded_results: BTreeSet<String>,
     /// Acknowledgements that count once the owner applied its inbox
     /// entry, with the time they were told.
     deferred: Vec<(Fact, Millis)>,
@@ -502,6 +505,11 @@ impl World {
                 result: self.db_write(inc, |w| {
                     let sent = w.store.send_now(&execution_id, kind, &body)?;
                     if matches!(sent, Sent::Queued { .. }) {
+                        if kind == Kind::Result {
+                            if let Some(token) = body.get("token").and_then(|t| t.as_str()) {
+                                w.shared_mut().forwarded_results.insert(token.to_owned());
+                            }
+                        }
                         w.stats.fault(match kind {
                             Kind::Result => "inbox_result",
                             Kind::Signal => "inbox_signal",
@@ -736,7 +744,19 @@ impl World {
     /// applies it (checked at the end). Returns the fact when it is to be
     /// checked now, as on one server.
     pub(super) fn shared_told(&mut self, fact: Fact) -> Option<Fact> {
-        self.shared.as_ref()?;
+        let s = self.shared.as_ref()?;
+        // A result stored in the owner's inbox was accepted before anyone
+        // judged it: the owner may still find it stale (finding 41), even
+        // when the history already records a failure of the same attempt
+        // from the delivery that replaced it. It is held to the deferred
+        // rule, whatever the history holds now.
+        if let Fact::Succeeded { token, .. } | Fact::AttemptFailed { token, .. } = &fact {
+            if s.forwarded_results.contains(token) {
+                let now = self.now;
+                self.shared_mut().deferred.push((fact, now));
+                return None;
+            }
+        }
         let events = self.store.events(fact.execution());
         if crate::check::durability::check(&fact, &events).is_ok() {
             return Some(fact);
