@@ -1,7 +1,10 @@
 //! `orbit bench` through the real binary: a small run on the default
 //! (scratch SQLite) backend prints JSON with every figure, the text line,
-//! progress on stderr, and usage errors exit with 2.
+//! progress on stderr, and usage errors exit with 2; a server of a
+//! `--server` list that cannot be reached is passed over.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli_support;
 
 use serde_json::Value;
 use std::process::{Command, Output};
@@ -80,4 +83,33 @@ fn an_unreachable_server_is_an_error_not_a_hang() {
     let out = bench(&["--server", "http://127.0.0.1:1", "--executions", "1"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error"));
+}
+
+#[test]
+fn a_server_of_the_list_that_cannot_be_reached_is_passed_over() {
+    // The first URL refuses connections (a killed member); every starter
+    // and worker whose own server it is moves to the next one.
+    let server = cli_support::Server::start(&[]);
+    let dead = format!("http://{}", cli_support::free_addr());
+    let servers = format!("{dead},{}", server.url);
+    let out = bench(&[
+        "--server",
+        &servers,
+        "--executions",
+        "30",
+        "--concurrency",
+        "6",
+        "--steps",
+        "2",
+        "--workers",
+        "2",
+        "--json",
+        "--quiet",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["completed"], 30, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
 }

@@ -3,12 +3,18 @@
 //! of the Rust SDK ([`orbit_sdk::Worker`]) over real HTTP, timing execution
 //! latency and the hand-off from one step's handler returning to the next
 //! step's handler starting, and counting the workers' HTTP requests.
+//!
+//! Against several servers (a shared-mode cluster) each starter and worker
+//! has a server of its own and moves to the next one while its own cannot
+//! be reached, as a client of a cluster should: a member killed mid-run
+//! costs the run its takeover, not the executions started through it.
 
 use super::report::{Percentiles, Report};
 use super::workload;
 use super::{BenchError, Config};
 use orbit_sdk::{
-    BoxFuture, HttpRequest, HttpResponse, ReqwestTransport, Task, Transport, TransportError, Worker,
+    BoxFuture, FailoverTransport, HttpRequest, HttpResponse, ReqwestTransport, Task, Transport,
+    TransportError, Worker, DEFAULT_FAILOVER_WINDOW,
 };
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -38,62 +44,134 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Why a call failed.
+#[derive(Debug)]
+enum CallError {
+    /// No answer: the server could not be reached, or did not answer in
+    /// time (another server of a cluster may).
+    Unreachable(String),
+    /// The server answered with an error (or with something unreadable).
+    Answered(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unreachable(e) | CallError::Answered(e) => f.write_str(e),
+        }
+    }
+}
+
 /// An HTTP call answering JSON; a non-2xx answer is an error with its body.
 async fn call(
     http: &reqwest::Client,
     method: reqwest::Method,
     url: String,
     body: Option<&Value>,
-) -> Result<Value, String> {
+) -> Result<Value, CallError> {
     let mut request = http.request(method, &url);
     if let Some(b) = body {
         request = request.json(b);
     }
-    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let unreachable = |e: reqwest::Error| CallError::Unreachable(format!("{url}: {e}"));
+    let response = request.send().await.map_err(unreachable)?;
     let status = response.status();
-    let text = response.text().await.map_err(|e| format!("{url}: {e}"))?;
+    let text = response.text().await.map_err(unreachable)?;
     if !status.is_success() {
-        return Err(format!("{url}: {status} {text}"));
+        return Err(CallError::Answered(format!("{url}: {status} {text}")));
     }
     if text.is_empty() {
         return Ok(Value::Null);
     }
-    serde_json::from_str(&text).map_err(|e| format!("{url}: bad JSON: {e}"))
+    serde_json::from_str(&text).map_err(|e| CallError::Answered(format!("{url}: bad JSON: {e}")))
 }
 
-/// Deploys the workload on `base`.
-pub async fn deploy(http: &reqwest::Client, base: &str, steps: u32) -> Result<(), BenchError> {
+/// The servers one starter talks to: its own first, then the others in
+/// turn while the current one cannot be reached.
+struct Servers {
+    bases: Vec<String>,
+    current: usize,
+}
+
+impl Servers {
+    /// `bases` seen from the `i`-th starter: its own server first.
+    fn nth(bases: &[String], i: usize) -> Servers {
+        let mut bases = bases.to_vec();
+        let first = i % bases.len().max(1);
+        bases.rotate_left(first);
+        Servers { bases, current: 0 }
+    }
+
+    /// Calls `path` on the current server; while it cannot be reached, on
+    /// the next ones, pausing 100 ms after each round over all of them,
+    /// for up to [`DEFAULT_FAILOVER_WINDOW`] (one server: no second try,
+    /// its error is the answer). Every call the bench sends is safe to
+    /// repeat (a start names its execution id, a deploy is idempotent).
+    async fn call(
+        &mut self,
+        http: &reqwest::Client,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, CallError> {
+        let deadline = Instant::now() + DEFAULT_FAILOVER_WINDOW;
+        let mut tried = 0;
+        loop {
+            let url = format!("{}{path}", self.bases[self.current]);
+            match call(http, method.clone(), url, body).await {
+                Err(CallError::Unreachable(e))
+                    if self.bases.len() > 1 && Instant::now() < deadline =>
+                {
+                    tracing::debug!(error = %e, "server unreachable, trying the next one");
+                    self.current = (self.current + 1) % self.bases.len();
+                    tried += 1;
+                    if tried % self.bases.len() == 0 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                answer => return answer,
+            }
+        }
+    }
+}
+
+/// Deploys the workload on the first of `servers` that answers.
+async fn deploy(
+    http: &reqwest::Client,
+    servers: &mut Servers,
+    steps: u32,
+) -> Result<(), BenchError> {
     let body = json!({"source": workload::source(steps), "filename": "bench.orbit"});
-    call(
-        http,
-        reqwest::Method::POST,
-        format!("{base}/v1/definitions"),
-        Some(&body),
-    )
-    .await
-    .map(|_| ())
-    .map_err(BenchError::Server)
+    servers
+        .call(http, reqwest::Method::POST, "/v1/definitions", Some(&body))
+        .await
+        .map(|_| ())
+        .map_err(|e| BenchError::Server(e.to_string()))
 }
 
 /// Runs the load against `bases` (starts and workers in turn over them;
-/// the workload is deployed on the first) and reports what it measured.
+/// the workload is deployed on the first that answers) and reports what it
+/// measured.
 pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Report, BenchError> {
-    let Some(base) = bases.first().map(String::as_str) else {
+    if bases.is_empty() {
         return Err(BenchError::Usage("no server to drive".into()));
-    };
-    let at = |i: u32| bases[i as usize % bases.len()].as_str();
+    }
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(usize::MAX)
         .tcp_nodelay(true)
+        // A paused server holds its connections: a call with no answer
+        // for longer than the longest wait goes on to another server.
+        .timeout(WAIT_TIMEOUT + Duration::from_secs(5))
         .build()
         .map_err(|e| BenchError::Server(e.to_string()))?;
-    deploy(&http, base, config.steps).await?;
+    deploy(&http, &mut Servers::nth(bases, 0), config.steps).await?;
     let shared = Arc::new(Shared::default());
     let run_id = uuid::Uuid::new_v4().simple().to_string();
 
     let mut workers = Vec::new();
     for i in 0..config.workers {
-        let worker = worker(config, at(i), &shared, format!("bench-{i}"))?;
+        let servers = Servers::nth(bases, i as usize).bases;
+        let worker = worker(config, &servers, &shared, format!("bench-{i}"))?;
         let shared = shared.clone();
         workers.push(tokio::spawn(async move {
             let stopped = async {
@@ -118,15 +196,15 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
     };
     let mut starters = Vec::new();
     for i in 0..config.concurrency.max(1) {
-        let (http, base, shared, run_id) = (
+        let (http, servers, shared, run_id) = (
             http.clone(),
-            at(i).to_owned(),
+            Servers::nth(bases, i as usize),
             shared.clone(),
             run_id.clone(),
         );
         let (total, steps, rate) = (config.executions, config.steps, config.rate);
         starters.push(tokio::spawn(async move {
-            starter(http, base, shared, run_id, total, steps, rate).await
+            starter(http, servers, shared, run_id, total, steps, rate).await
         }));
     }
     for s in starters {
@@ -205,7 +283,7 @@ async fn pace(shared: &Shared, rate: Option<f64>) {
 
 async fn starter(
     http: reqwest::Client,
-    base: String,
+    mut servers: Servers,
     shared: Arc<Shared>,
     run_id: String,
     total: u64,
@@ -222,19 +300,15 @@ async fn starter(
         let id = format!("bench-{run_id}-{n}");
         let body = json!({"workflow": workflow, "input": {"n": 0}, "execution_id": id});
         let begun = Instant::now();
-        let started = call(
-            &http,
-            reqwest::Method::POST,
-            format!("{base}/v1/executions"),
-            Some(&body),
-        )
-        .await;
+        let started = servers
+            .call(&http, reqwest::Method::POST, "/v1/executions", Some(&body))
+            .await;
         if let Err(e) = started {
             tracing::warn!(error = %e, "start failed");
             shared.errors.fetch_add(1, Ordering::SeqCst);
             continue;
         }
-        match wait_terminal(&http, &base, &id).await {
+        match wait_terminal(&http, &mut servers, &id).await {
             Ok(status) if status == "completed" => {
                 lock(&shared.execution_samples).push(begun.elapsed());
                 shared.completed.fetch_add(1, Ordering::SeqCst);
@@ -252,18 +326,22 @@ async fn starter(
     }
 }
 
+/// How long one `/wait` long-poll asks the server to hold it.
+const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Long-polls `/wait` until the execution is terminal; its final status.
-async fn wait_terminal(http: &reqwest::Client, base: &str, id: &str) -> Result<String, String> {
+async fn wait_terminal(
+    http: &reqwest::Client,
+    servers: &mut Servers,
+    id: &str,
+) -> Result<String, String> {
+    let path = format!(
+        "/v1/executions/{id}/wait?timeout_ms={}",
+        WAIT_TIMEOUT.as_millis()
+    );
     let mut failures = 0;
     loop {
-        let answer = call(
-            http,
-            reqwest::Method::POST,
-            format!("{base}/v1/executions/{id}/wait?timeout_ms=30000"),
-            None,
-        )
-        .await;
-        match answer {
+        match servers.call(http, reqwest::Method::POST, &path, None).await {
             Ok(v) => {
                 let status = v.get("status").and_then(Value::as_str).unwrap_or("");
                 if matches!(status, "completed" | "failed" | "cancelled") {
@@ -273,7 +351,7 @@ async fn wait_terminal(http: &reqwest::Client, base: &str, id: &str) -> Result<S
             Err(e) => {
                 failures += 1;
                 if failures >= 5 {
-                    return Err(e);
+                    return Err(e.to_string());
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -283,7 +361,7 @@ async fn wait_terminal(http: &reqwest::Client, base: &str, id: &str) -> Result<S
 
 /// A transport that counts the requests it sends.
 struct Counting {
-    inner: ReqwestTransport,
+    inner: Arc<dyn Transport>,
     shared: Arc<Shared>,
 }
 
@@ -296,14 +374,21 @@ impl Transport for Counting {
 
 /// One worker session of the Rust SDK: answers each task with `n + 1`,
 /// timing the hand-off from the previous step of the same execution.
+/// `servers`: the worker's own first, then the others it moves to while
+/// its own cannot be reached.
 fn worker(
     config: &Config,
-    base: &str,
+    servers: &[String],
     shared: &Arc<Shared>,
     name: String,
 ) -> Result<Worker, BenchError> {
+    let refused = |e: TransportError| BenchError::Server(e.to_string());
+    let inner: Arc<dyn Transport> = match servers {
+        [one] => Arc::new(ReqwestTransport::new(one).map_err(refused)?),
+        several => Arc::new(FailoverTransport::new(several).map_err(refused)?),
+    };
     let transport = Counting {
-        inner: ReqwestTransport::new(base).map_err(|e| BenchError::Server(e.to_string()))?,
+        inner,
         shared: shared.clone(),
     };
     let handler_shared = shared.clone();
