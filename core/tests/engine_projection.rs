@@ -125,7 +125,7 @@ fn tree_view(p: &Projection) -> Value {
     let units: serde_json::Map<String, Value> = p
         .units
         .iter()
-        .map(|(name, u)| (name.clone(), unit_tree(u)))
+        .map(|(name, u)| (name.to_string(), unit_tree(u)))
         .collect();
     json!({
         "execution_id": p.execution_id,

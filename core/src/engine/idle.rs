@@ -185,7 +185,9 @@ impl Engine {
             return;
         };
         for token in e.proj.tokens.keys() {
-            self.idle.tokens.insert(token.clone(), exec_id.to_string());
+            self.idle
+                .tokens
+                .insert(token.to_string(), exec_id.to_string());
         }
         for u in e.proj.units.values() {
             if let UnitState::Child { child_id } = &u.state {
@@ -235,7 +237,7 @@ impl Engine {
             }
             if let Some(e) = self.executions.get(exec_id) {
                 for token in e.proj.tokens.keys() {
-                    self.idle.tokens.remove(token);
+                    self.idle.tokens.remove(token.as_ref());
                 }
                 // Its history is as it left it (only it writes there), so
                 // these are the children noted at eviction.

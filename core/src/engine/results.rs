@@ -78,7 +78,7 @@ impl Engine {
         let Some(e) = self.executions.get(&exec_id) else {
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
-        if let (Some(patterns), Some(u)) = (patterns, e.proj.units.get(&unit_name)) {
+        if let (Some(patterns), Some(u)) = (patterns, e.proj.units.get(unit_name.as_str())) {
             if !patterns.iter().any(|p| pattern_matches(p, &u.task)) {
                 return self.reply(
                     id,
@@ -115,7 +115,7 @@ impl Engine {
                 return self.reply(id, refused(UNKNOWN_TOKEN));
             }
             let wf = &d.def.workflow;
-            let Some(u) = p.units.get(&unit_name) else {
+            let Some(u) = p.units.get(unit_name.as_str()) else {
                 return self.reply(id, refused(UNKNOWN_TOKEN));
             };
             let Some(dispatch) = u.dispatches.get(token) else {

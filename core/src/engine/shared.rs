@@ -682,11 +682,11 @@ impl Engine {
                 for (unit, u) in p.units.iter() {
                     let touched = ops
                         .iter()
-                        .any(|op| matches!(op, QueueOp::Remove { unit: x, .. } if x == unit));
+                        .any(|op| matches!(op, QueueOp::Remove { unit: x, .. } if **x == **unit));
                     if matches!(u.state, UnitState::Queued { .. }) && !touched {
                         ops.push(QueueOp::Remove {
                             execution_id: exec_id.to_string(),
-                            unit: unit.clone(),
+                            unit: unit.to_string(),
                         });
                     }
                 }
@@ -730,7 +730,7 @@ impl Engine {
         let attempt = txn
             .drafts
             .get(exec_id)
-            .and_then(|d| d.proj.units.get(&dispatch.unit))
+            .and_then(|d| d.proj.units.get(dispatch.unit.as_str()))
             .filter(|u| matches!(u.state, UnitState::Queued { .. }) && u.task == dispatch.task)
             .map(|u| u.attempt);
         let Some(attempt) = attempt else {
@@ -1257,7 +1257,7 @@ impl Engine {
                 e.proj
                     .tokens
                     .keys()
-                    .any(|t| self.work.tokens.contains_key(t))
+                    .any(|t| self.work.tokens.contains_key(t.as_ref()))
             })
         });
         if in_flight {

@@ -33,6 +33,7 @@ fn creates_to_run_again(txn: &mut Txn, stale: &[String]) -> Vec<(String, Request
 /// the workers' side.
 fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
     for token in p.tokens.keys() {
+        let token: &str = token;
         // The session that held it forgets it too: a long-lived worker
         // session must not keep every token it was ever handed.
         let session = work.tokens.remove(token).and_then(|t| t.session);
@@ -631,16 +632,17 @@ impl Engine {
         if let Some(old) = self.executions.get(&id) {
             let p = old.proj.clone();
             for token in p.tokens.keys() {
+                let token: &str = token;
                 if let Some(t) = self.work.tokens.get(token) {
                     if let Some(s) = &t.session {
                         // A session of another node: followed through its
                         // contact, which it keeps.
                         let contact = self.work.remote.get(s).map(|r| r.last_contact);
-                        holders.push((token.clone(), s.clone(), t.confirmed, contact));
+                        holders.push((token.to_string(), s.clone(), t.confirmed, contact));
                     }
                 }
                 if let Some(reason) = self.work.orphans.get(token) {
-                    orphans.push((token.clone(), reason.clone()));
+                    orphans.push((token.to_string(), reason.clone()));
                 }
             }
             self.unindex(&id, &p);

@@ -127,13 +127,16 @@ impl Engine {
         // has orphans, and scanning all of them per execution is quadratic.
         let tokens: Vec<(String, String)> = if own.len() < self.work.orphans.len() {
             own.keys()
-                .filter_map(|t| self.work.orphans.get(t).map(|r| (t.clone(), r.clone())))
+                .filter_map(|t| {
+                    let t: &str = t;
+                    self.work.orphans.get(t).map(|r| (t.to_string(), r.clone()))
+                })
                 .collect()
         } else {
             self.work
                 .orphans
                 .iter()
-                .filter(|(t, _)| own.contains_key(*t))
+                .filter(|(t, _)| own.contains_key(t.as_str()))
                 .map(|(t, r)| (t.clone(), r.clone()))
                 .collect()
         };
@@ -149,7 +152,7 @@ impl Engine {
         let (current, stale): (Vec<_>, Vec<_>) = tokens.into_iter().partition(|(token, _)| {
             self.work.tokens.get(token).is_some_and(|t| {
                 p.units
-                    .get(&t.unit)
+                    .get(t.unit.as_str())
                     .and_then(|u| u.current_dispatch())
                     .is_some_and(|(cur, _)| cur == token)
             })
@@ -171,13 +174,13 @@ impl Engine {
                 continue;
             };
             let attempt = txn.drafts.get(exec_id).and_then(|d| {
-                let u = d.proj.units.get(&unit)?;
+                let u = d.proj.units.get(unit.as_str())?;
                 let (current, dispatch) = u.current_dispatch()?;
                 (current == token).then_some(dispatch.attempt)
             });
             if attempt.is_some() && self.planted(Bug::UncertainAsFailed) {
                 let events = txn.drafts.get(exec_id).and_then(|d| {
-                    let u = d.proj.units.get(&unit)?;
+                    let u = d.proj.units.get(unit.as_str())?;
                     let policy = call_for(&d.def.workflow, &u.name)
                         .map(|c| c.retry.clone())
                         .unwrap_or_default();

@@ -103,7 +103,7 @@ impl Engine {
                 let queued = d
                     .proj
                     .units
-                    .get(step)
+                    .get(step.as_str())
                     .is_some_and(|u| matches!(u.state, UnitState::Queued { .. }));
                 if queued {
                     fresh.push(Queued {

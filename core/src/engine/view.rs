@@ -5,7 +5,7 @@
 use super::batch::Summary;
 use super::rfc3339;
 use super::txn::summary;
-use crate::history::{Projection, Unit, UnitState};
+use crate::history::{Name, Projection, Unit, UnitState};
 use imbl::OrdMap;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use std::sync::Arc;
 pub struct ExecutionView {
     /// What the stored summary holds (the same pointers).
     summary: Summary,
-    units: OrdMap<String, Arc<Unit>>,
+    units: OrdMap<Name, Arc<Unit>>,
 }
 
 impl ExecutionView {
@@ -57,7 +57,7 @@ impl Serialize for ExecutionView {
 }
 
 /// The units, by name.
-struct Units<'a>(&'a OrdMap<String, Arc<Unit>>);
+struct Units<'a>(&'a OrdMap<Name, Arc<Unit>>);
 
 impl Serialize for Units<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

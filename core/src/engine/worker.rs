@@ -146,7 +146,7 @@ impl Engine {
         if p.status.is_terminal() {
             return false;
         }
-        let Some(u) = p.units.get(&t.unit) else {
+        let Some(u) = p.units.get(t.unit.as_str()) else {
             return false;
         };
         if u.is_resolved() {

@@ -11,6 +11,6 @@ mod unit;
 pub use event::{
     CompensationReason, ErrorInfo, Event, EventKind, Millis, StaleOutcome, WorkflowError,
 };
-pub use projection::{Cancel, Compensation, Failure, Projection, StepState, UnitIndex};
+pub use projection::{Cancel, Compensation, Failure, Name, Projection, StepState, UnitIndex};
 pub use status::Status;
 pub use unit::{Dispatch, DispatchState, Unit, UnitName, UnitState};

@@ -5,7 +5,9 @@
 //!
 //! The large collections are persistent (structurally shared) maps, so the
 //! engine can clone a projection into a batch draft in constant time
-//! whatever the history length or fan-out width.
+//! whatever the history length or fan-out width. Their keys are shared
+//! names ([`Name`]): a change copies the tree node it touches, and copying
+//! a node of shared names copies pointers, not text.
 
 use super::event::{CompensationReason, ErrorInfo, Event, EventKind, Millis, WorkflowError};
 use super::status::Status;
@@ -13,6 +15,10 @@ use super::unit::{Dispatch, DispatchState, Unit, UnitName, UnitState};
 use imbl::{OrdMap, OrdSet, Vector};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// A step or unit name, or a token, as the projection's collections hold
+/// it: one allocation per name, shared by every collection and every copy.
+pub type Name = Arc<str>;
 
 /// A requested cancellation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,12 +112,12 @@ pub struct Projection {
     /// The first permanent failure (not recorded after a cancellation).
     pub failure: Option<Failure>,
     /// Per step, by name.
-    pub steps: OrdMap<String, StepState>,
+    pub steps: OrdMap<Name, StepState>,
     /// Per unit, by unit name (each unit shared too: a draft copies only
     /// the units its events change).
-    pub units: OrdMap<String, Arc<Unit>>,
+    pub units: OrdMap<Name, Arc<Unit>>,
     /// Non-compensation units in the order they succeeded.
-    pub successes: Vector<String>,
+    pub successes: Vector<Name>,
     /// Unconsumed signals by name: seq -> payload.
     pub signals: BTreeMap<String, BTreeMap<u64, serde_json::Value>>,
     /// Compensation, once started.
@@ -121,9 +127,9 @@ pub struct Projection {
     /// The error, once failed.
     pub error: Option<WorkflowError>,
     /// Every token ever issued: token -> unit.
-    pub tokens: OrdMap<String, String>,
+    pub tokens: OrdMap<Name, Name>,
     /// Units not yet resolved.
-    pub open_units: OrdSet<String>,
+    pub open_units: OrdSet<Name>,
     /// Unresolved units by state, ordered by the time their state's clock
     /// started, so the decider visits only what can be due.
     pub index: UnitIndex,
@@ -133,21 +139,21 @@ pub struct Projection {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct UnitIndex {
     /// `(retry_at, unit)` of units waiting for a retry.
-    pub retrying: OrdSet<(Millis, String)>,
+    pub retrying: OrdSet<(Millis, Name)>,
     /// `(dispatched at, unit)` of units with a delivery in flight.
-    pub in_flight: OrdSet<(Millis, String)>,
+    pub in_flight: OrdSet<(Millis, Name)>,
     /// `(first scheduled at, unit)` of queued units never dispatched (first
     /// deliveries: what `queue_timeout` applies to).
-    pub undelivered: OrdSet<(Millis, String)>,
+    pub undelivered: OrdSet<(Millis, Name)>,
     /// Units with a running child execution.
-    pub children: OrdSet<String>,
+    pub children: OrdSet<Name>,
     /// Units between an outcome and their next event.
-    pub idle: OrdSet<String>,
+    pub idle: OrdSet<Name>,
 }
 
 impl UnitIndex {
-    fn entry(&mut self, name: &str, u: &Unit, add: bool) {
-        let name = name.to_string();
+    fn entry(&mut self, name: &Name, u: &Unit, add: bool) {
+        let name = name.clone();
         macro_rules! put {
             ($set:expr, $key:expr) => {
                 if add {
@@ -214,11 +220,24 @@ impl Projection {
     }
 
     fn step_mut(&mut self, step: &str) -> &mut StepState {
-        self.steps.entry(step.to_string()).or_default()
+        let key = match self.steps.get_key_value(step) {
+            Some((k, _)) => k.clone(),
+            None => step.into(),
+        };
+        self.steps.entry(key).or_default()
+    }
+
+    /// The shared name of `unit` (a new one if it has no unit yet).
+    fn unit_key(&self, unit: &str) -> Name {
+        match self.units.get_key_value(unit) {
+            Some((k, _)) => k.clone(),
+            None => unit.into(),
+        }
     }
 
     fn unit_entry(&mut self, unit: &str, at: Millis) -> &mut Unit {
-        let u = self.units.entry(unit.to_string()).or_insert_with(|| {
+        let key = self.unit_key(unit);
+        let u = self.units.entry(key).or_insert_with(|| {
             Arc::new(Unit {
                 name: UnitName::parse(unit),
                 task: String::new(),
@@ -294,7 +313,8 @@ impl Projection {
         if succeeded {
             s.units_succeeded += 1;
             s.progress_at = s.progress_at.max(at);
-            self.successes.push_back(unit.to_string());
+            let key = self.unit_key(unit);
+            self.successes.push_back(key);
         }
     }
 
@@ -308,15 +328,15 @@ impl Projection {
         self.updated_at = at;
         let unit = unit_of(&event.kind);
         if let Some(name) = unit {
-            if let Some(u) = self.units.get(name) {
-                self.index.entry(name, u, false);
+            if let Some((key, u)) = self.units.get_key_value(name) {
+                self.index.entry(key, u, false);
             }
         }
         self.apply_kind(event);
         if let Some(name) = unit {
-            if let Some(u) = self.units.get(name) {
+            if let Some((key, u)) = self.units.get_key_value(name) {
                 if !u.is_resolved() {
-                    self.index.entry(name, u, true);
+                    self.index.entry(key, u, true);
                 }
             }
         }
@@ -376,7 +396,8 @@ impl Projection {
                 u.contract_version = contract_version.clone();
                 u.state = UnitState::Queued { since: at };
                 let name = u.name.clone();
-                self.open_units.insert(step.clone());
+                let key = self.unit_key(step);
+                self.open_units.insert(key);
                 if first && !name.compensation {
                     self.step_mut(&name.step).units_started += 1;
                 }
@@ -402,7 +423,8 @@ impl Projection {
                 u.state = UnitState::InFlight {
                     token: token.clone(),
                 };
-                self.tokens.insert(token.clone(), step.clone());
+                let key = self.unit_key(step);
+                self.tokens.insert(token.as_str().into(), key);
             }
             EventKind::StepAttemptUncertain { step, .. } => {
                 self.close_current(step, DispatchState::Uncertain);
@@ -432,8 +454,9 @@ impl Projection {
             EventKind::StepFailed { step, error } => {
                 self.close_current(step, DispatchState::Failed);
                 let name = UnitName::parse(step);
-                let is_unit =
-                    self.units.contains_key(step) || name.index.is_some() || name.compensation;
+                let is_unit = self.units.contains_key(step.as_str())
+                    || name.index.is_some()
+                    || name.compensation;
                 self.record_failure(at, step, error);
                 if is_unit {
                     self.resolve(
@@ -486,7 +509,8 @@ impl Projection {
                     child_id: child_id.clone(),
                 };
                 let name = u.name.clone();
-                self.open_units.insert(step.clone());
+                let key = self.unit_key(step);
+                self.open_units.insert(key);
                 if first {
                     self.step_mut(&name.step).units_started += 1;
                 }

@@ -15,7 +15,9 @@ pub use retry::{attempt_failed, backoff};
 
 use crate::eval::{self, Scope};
 use crate::history::UnitName;
-use crate::history::{ErrorInfo, EventKind, Millis, Projection, Status, UnitState, WorkflowError};
+use crate::history::{
+    ErrorInfo, EventKind, Millis, Name, Projection, Status, UnitState, WorkflowError,
+};
 use crate::ir::{StepKind, TaskCall, Workflow};
 use std::collections::BTreeMap;
 
@@ -159,7 +161,7 @@ fn open_units(cx: &Context, p: &Projection, winding: bool, d: &mut Decision) -> 
         }
         (t, q)
     };
-    let scan = |set: &imbl::OrdSet<(Millis, String)>, min: Option<u64>, d: &mut Decision| {
+    let scan = |set: &imbl::OrdSet<(Millis, Name)>, min: Option<u64>, d: &mut Decision| {
         let Some(min) = min else { return };
         for (at, name) in set {
             let earliest = at + min;
@@ -179,10 +181,10 @@ fn open_units(cx: &Context, p: &Projection, winding: bool, d: &mut Decision) -> 
 
 /// Time checks and reconciliation of one unresolved unit; true while its
 /// outcome is still to be learned.
-fn visit(cx: &Context, p: &Projection, name: &String, winding: bool, d: &mut Decision) -> bool {
+fn visit(cx: &Context, p: &Projection, name: &Name, winding: bool, d: &mut Decision) -> bool {
     let now = cx.now;
     let mut busy = false;
-    let Some(u) = p.units.get(name) else {
+    let Some(u) = p.units.get(name.as_ref()) else {
         return false;
     };
     let cancelling = winding && !u.name.compensation;
@@ -193,7 +195,7 @@ fn visit(cx: &Context, p: &Projection, name: &String, winding: bool, d: &mut Dec
                 d.events.push(cancelled(name));
             } else if now >= *retry_at {
                 d.events.push(EventKind::StepScheduled {
-                    step: name.clone(),
+                    step: name.to_string(),
                     attempt: u.attempt + 1,
                     redelivery: false,
                     input: (*u.input).clone(),
@@ -215,7 +217,7 @@ fn visit(cx: &Context, p: &Projection, name: &String, winding: bool, d: &mut Dec
                     let due = u.first_scheduled_at + qt;
                     if now >= due {
                         d.events.push(EventKind::StepFailed {
-                            step: name.clone(),
+                            step: name.to_string(),
                             error: error(
                                 "QUEUE_TIMEOUT",
                                 format!("no worker took the task within {qt}ms"),
@@ -264,7 +266,7 @@ fn visit(cx: &Context, p: &Projection, name: &String, winding: bool, d: &mut Dec
             if u.redelivery {
                 busy |= !u.name.compensation;
                 d.events.push(EventKind::StepScheduled {
-                    step: name.clone(),
+                    step: name.to_string(),
                     attempt: u.attempt,
                     redelivery: true,
                     input: (*u.input).clone(),

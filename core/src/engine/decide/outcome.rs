@@ -29,7 +29,7 @@ pub fn unit_name(step: &str, index: Option<usize>) -> String {
 
 /// The outcome of `step`.
 pub fn step_outcome(step: &Step, p: &Projection) -> StepOutcome {
-    let Some(st) = p.steps.get(&step.name) else {
+    let Some(st) = p.steps.get(step.name.as_str()) else {
         return StepOutcome::Open;
     };
     if st.skipped {

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 /// Cheap resolution check: `Some(true)` succeeded or skipped, `Some(false)`
 /// failed, `None` open.
 pub fn resolved(step: &Step, p: &Projection) -> Option<bool> {
-    let st = p.steps.get(&step.name)?;
+    let st = p.steps.get(step.name.as_str())?;
     if st.skipped {
         return Some(true);
     }
@@ -69,7 +69,7 @@ fn fail_step(d: &mut Decision, step: &str, message: String) {
 
 fn advance_step(cx: &Context, p: &Projection, step: &Step, d: &mut Decision) {
     let empty = StepState::default();
-    let st = p.steps.get(&step.name).unwrap_or(&empty);
+    let st = p.steps.get(step.name.as_str()).unwrap_or(&empty);
     let started = st.units_started > 0 || st.items.is_some() || st.timer.is_some();
     // The dependencies' outputs are gathered (copied) only when an
     // expression of the step is evaluated: most passes over a started step
@@ -122,7 +122,7 @@ fn advance_step(cx: &Context, p: &Projection, step: &Step, d: &mut Decision) {
                 let ready_at = step
                     .depends_on
                     .iter()
-                    .filter_map(|dep| p.steps.get(dep).map(|s| s.progress_at))
+                    .filter_map(|dep| p.steps.get(dep.as_str()).map(|s| s.progress_at))
                     .max()
                     .unwrap_or(0)
                     .max(p.started_at.unwrap_or(0));

@@ -16,11 +16,11 @@ pub fn compensable(wf: &Workflow, p: &Projection) -> Vec<String> {
         .rev()
         .filter(|unit| {
             p.units
-                .get(*unit)
+                .get(unit.as_ref())
                 .and_then(|u| wf.step(&u.name.step))
                 .is_some_and(|s| s.compensate.is_some())
         })
-        .cloned()
+        .map(|unit| unit.to_string())
         .collect()
 }
 
@@ -106,7 +106,7 @@ pub fn advance(cx: &Context, p: &Projection, busy: bool, d: &mut Decision) {
     };
     for unit in &comp.units {
         let cu = format!("compensate:{unit}");
-        match p.units.get(&cu) {
+        match p.units.get(cu.as_str()) {
             Some(u) if u.is_resolved() => continue,
             Some(_) => return,
             None => {
@@ -133,7 +133,7 @@ fn schedule_compensation(cx: &Context, p: &Projection, unit: &str, cu: &str, d: 
     if let (Some(fe), Some(i)) = (&step.for_each, u.name.index) {
         if let Some(item) = p
             .steps
-            .get(&step.name)
+            .get(step.name.as_str())
             .and_then(|s| s.items.as_ref())
             .and_then(|items| items.get(i))
         {
