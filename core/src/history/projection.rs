@@ -227,17 +227,14 @@ impl Projection {
         self.steps.entry(key).or_default()
     }
 
-    /// The shared name of `unit` (a new one if it has no unit yet).
-    fn unit_key(&self, unit: &str) -> Name {
-        match self.units.get_key_value(unit) {
+    /// The unit named `unit` (a new, idle one if it has none yet), to
+    /// change, with its shared name.
+    fn unit_entry(&mut self, unit: &str, at: Millis) -> (Name, &mut Unit) {
+        let key: Name = match self.units.get_key_value(unit) {
             Some((k, _)) => k.clone(),
             None => unit.into(),
-        }
-    }
-
-    fn unit_entry(&mut self, unit: &str, at: Millis) -> &mut Unit {
-        let key = self.unit_key(unit);
-        let u = self.units.entry(key).or_insert_with(|| {
+        };
+        let u = self.units.entry(key.clone()).or_insert_with(|| {
             Arc::new(Unit {
                 name: UnitName::parse(unit),
                 task: String::new(),
@@ -255,7 +252,7 @@ impl Projection {
             })
         });
         // Copied here only if a clone of this projection shares it.
-        Arc::make_mut(u)
+        (key, Arc::make_mut(u))
     }
 
     fn close_current(&mut self, unit: &str, state: DispatchState) {
@@ -299,7 +296,7 @@ impl Projection {
 
     fn resolve(&mut self, unit: &str, at: Millis, state: UnitState) {
         let succeeded = matches!(state, UnitState::Succeeded { .. });
-        let u = self.unit_entry(unit, at);
+        let (key, u) = self.unit_entry(unit, at);
         let was_open = !u.is_resolved();
         u.state = state;
         u.resolved_at = Some(at);
@@ -313,7 +310,6 @@ impl Projection {
         if succeeded {
             s.units_succeeded += 1;
             s.progress_at = s.progress_at.max(at);
-            let key = self.unit_key(unit);
             self.successes.push_back(key);
         }
     }
@@ -380,7 +376,7 @@ impl Projection {
                 task,
                 contract_version,
             } => {
-                let u = self.unit_entry(step, at);
+                let (key, u) = self.unit_entry(step, at);
                 let first = u.attempt == 0;
                 if first {
                     u.first_scheduled_at = at;
@@ -396,7 +392,6 @@ impl Projection {
                 u.contract_version = contract_version.clone();
                 u.state = UnitState::Queued { since: at };
                 let name = u.name.clone();
-                let key = self.unit_key(step);
                 self.open_units.insert(key);
                 if first && !name.compensation {
                     self.step_mut(&name.step).units_started += 1;
@@ -408,7 +403,7 @@ impl Projection {
                 worker_id,
                 token,
             } => {
-                let u = self.unit_entry(step, at);
+                let (key, u) = self.unit_entry(step, at);
                 u.dispatches.insert(
                     token.clone(),
                     Dispatch {
@@ -423,12 +418,11 @@ impl Projection {
                 u.state = UnitState::InFlight {
                     token: token.clone(),
                 };
-                let key = self.unit_key(step);
                 self.tokens.insert(token.as_str().into(), key);
             }
             EventKind::StepAttemptUncertain { step, .. } => {
                 self.close_current(step, DispatchState::Uncertain);
-                let u = self.unit_entry(step, at);
+                let (_, u) = self.unit_entry(step, at);
                 u.redelivery = true;
                 u.state = UnitState::Idle;
             }
@@ -444,7 +438,7 @@ impl Projection {
             }
             EventKind::StepAttemptFailed { step, retry_at, .. } => {
                 self.close_current(step, DispatchState::Failed);
-                let u = self.unit_entry(step, at);
+                let (_, u) = self.unit_entry(step, at);
                 u.redelivery = false;
                 u.state = match retry_at {
                     Some(t) => UnitState::Retrying { retry_at: *t },
@@ -501,7 +495,7 @@ impl Projection {
                 s.progress_at = s.progress_at.max(at);
             }
             EventKind::ChildStarted { step, child_id } => {
-                let u = self.unit_entry(step, at);
+                let (key, u) = self.unit_entry(step, at);
                 let first = u.attempt == 0;
                 u.attempt = 1;
                 u.first_scheduled_at = at;
@@ -509,7 +503,6 @@ impl Projection {
                     child_id: child_id.clone(),
                 };
                 let name = u.name.clone();
-                let key = self.unit_key(step);
                 self.open_units.insert(key);
                 if first {
                     self.step_mut(&name.step).units_started += 1;

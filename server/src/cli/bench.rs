@@ -134,7 +134,7 @@ pub fn run(args: Args) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match orbit_server::runtime::build_load() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
