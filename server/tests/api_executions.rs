@@ -337,3 +337,94 @@ async fn wait_times_out_with_the_running_execution() {
         (StatusCode::NOT_FOUND, "UNKNOWN_EXECUTION")
     );
 }
+
+#[tokio::test]
+async fn a_start_that_waits_answers_with_the_finished_execution() {
+    let s = Server::start().await;
+    s.deploy(PLAIN).await;
+    let session = s.register("w-1", &["demo.*"]).await;
+    let body = json!({"workflow": "Plain", "input": {"n": 21}, "execution_id": "sw-1"});
+    let start = s.post("/v1/executions?wait_ms=10000", body.clone());
+    let work = async {
+        let tasks = s.poll(&session, 5_000).await;
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        let token = tasks[0]["token"].as_str().unwrap();
+        let (status, answer) = s
+            .post(
+                &format!("/v1/tasks/{token}/result"),
+                json!({"output": {"doubled": 42}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    };
+    let ((status, started), ()) = tokio::join!(start, work);
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    assert_eq!(started["execution_id"], "sw-1");
+    assert_eq!(started["created"], true);
+    assert_eq!(started["execution"]["status"], "completed", "{started}");
+    assert_eq!(started["execution"]["output"], json!({"doubled": 42}));
+    // As `GET` shows it, field for field.
+    let (_, got) = s.get("/v1/executions/sw-1").await;
+    assert_eq!(started["execution"], got);
+
+    // Again with the same id: `created: false`, and the finished execution
+    // (read from the store) at once.
+    let (status, again) = s.post("/v1/executions?wait_ms=10000", body).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["created"], false);
+    assert_eq!(again["execution"], got);
+}
+
+#[tokio::test]
+async fn a_start_whose_wait_runs_out_answers_with_the_running_execution() {
+    let s = Server::start().await;
+    s.deploy(PLAIN).await;
+    let begun = std::time::Instant::now();
+    let (status, started) = s
+        .post(
+            "/v1/executions?wait_ms=300",
+            json!({"workflow": "Plain", "input": {"n": 1}, "execution_id": "sw-2"}),
+        )
+        .await;
+    assert!(begun.elapsed() >= Duration::from_millis(250));
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    assert_eq!(started["execution"]["status"], "running", "{started}");
+    assert_eq!(started["execution"]["execution_id"], "sw-2");
+    // Without `wait_ms` the answer is as it always was.
+    let (_, plain) = s
+        .post(
+            "/v1/executions",
+            json!({"workflow": "Plain", "input": {"n": 1}, "execution_id": "sw-3"}),
+        )
+        .await;
+    assert_eq!(plain, json!({"execution_id": "sw-3", "created": true}));
+}
+
+#[tokio::test]
+async fn a_start_that_waits_is_refused_as_a_start_is() {
+    let s = Server::start().await;
+    s.deploy(PLAIN).await;
+    let (status, body) = s
+        .post(
+            "/v1/executions?wait_ms=5000",
+            json!({"workflow": "Nope", "input": {}}),
+        )
+        .await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::NOT_FOUND, "UNKNOWN_WORKFLOW")
+    );
+    let (status, body) = s
+        .post(
+            "/v1/executions?wait_ms=soon",
+            json!({"workflow": "Plain", "input": {"n": 1}}),
+        )
+        .await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::BAD_REQUEST, "INVALID_REQUEST"),
+        "{body}"
+    );
+    let (_, list) = s.get("/v1/executions").await;
+    assert_eq!(list["executions"], json!([]), "{list}");
+}

@@ -153,6 +153,28 @@ async fn rejected_requests_store_nothing() {
 }
 
 #[tokio::test]
+async fn a_start_that_waits_takes_no_key() {
+    let h = Harness::start().await;
+    h.deploy().await;
+    let refused = h
+        .post("/v1/executions?wait_ms=1000", Some("wait-1"), START)
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.json);
+    assert_eq!(refused.code(), "IDEMPOTENCY_KEY_WITH_WAIT");
+    assert_eq!(h.count().await, 0);
+    // Not even as a replay of the key's first, plain start: the answer a
+    // start that waits gives could not be the stored one.
+    let first = h.post("/v1/executions", Some("wait-2"), START).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.json);
+    let replay = h
+        .post("/v1/executions?wait_ms=1000", Some("wait-2"), START)
+        .await;
+    assert_eq!(replay.code(), "IDEMPOTENCY_KEY_WITH_WAIT");
+    assert!(!replay.replayed());
+    assert_eq!(h.count().await, 1);
+}
+
+#[tokio::test]
 async fn signals_and_cancels_replay() {
     let h = Harness::start().await;
     h.deploy().await;

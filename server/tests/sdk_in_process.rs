@@ -66,6 +66,32 @@ async fn client_and_worker_in_process() {
     let done = client.wait("ip-1", Duration::from_secs(10)).await.unwrap();
     assert_eq!(done.status, Status::Completed);
     assert_eq!(done.output, json!({"doubled": 10}));
+    // Start and wait in one request: the answer carries the finished
+    // execution; the start names its own id (no idempotency key).
+    let ran = client
+        .start_and_wait(
+            StartOptions::new("Plain", json!({"n": 6})),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert!(ran.created);
+    let execution = ran
+        .execution
+        .expect("a start that waited carries the execution");
+    assert_eq!(execution.execution_id, ran.execution_id);
+    assert_eq!(execution.status, Status::Completed);
+    assert_eq!(execution.output, json!({"doubled": 12}));
+    let mut keyed = StartOptions::new("Plain", json!({"n": 6}));
+    keyed.idempotency_key = Some("k-1".into());
+    let refused = client
+        .start_and_wait(keyed, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, orbit_sdk::Error::InvalidArgument(_)),
+        "{refused:?}"
+    );
     let logs = logs(&client, "ip-1").await.unwrap();
     assert!(
         logs.contains("#4 StepDispatched step=work attempt=1 worker_id=in-process"),

@@ -130,6 +130,45 @@ impl Client {
         .await
     }
 
+    /// Starts an execution and waits, in the same request, for it to end,
+    /// for at most `timeout`; the answer carries the execution as it is
+    /// then (`Started::execution`, terminal or not). Instead of an
+    /// `Idempotency-Key` (which the server refuses on a start that waits)
+    /// the start names its execution id — `options.execution_id`, or a
+    /// generated UUIDv4 — so a retry after a lost answer finds the same
+    /// execution (and reads `created: false`).
+    pub async fn start_and_wait(
+        &self,
+        options: StartOptions,
+        timeout: Duration,
+    ) -> Result<Started, Error> {
+        if options.idempotency_key.is_some() {
+            return Err(Error::InvalidArgument(
+                "a start that waits takes no idempotency key: name an execution_id".into(),
+            ));
+        }
+        let execution_id = match options.execution_id {
+            Some(id) if !id.is_empty() => id,
+            _ => uuid::Uuid::new_v4().to_string(),
+        };
+        let body = StartRequest {
+            workflow: options.workflow,
+            version: options.version,
+            input: options.input,
+            execution_id: Some(execution_id),
+        };
+        let ms = timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        let mut request = self.request(Method::Post, format!("/v1/executions?wait_ms={ms}"));
+        request
+            .headers
+            .extend(options.traceparent.map(|t| ("traceparent".to_string(), t)));
+        request.body =
+            Some(serde_json::to_vec(&body).map_err(|e| Error::InvalidArgument(e.to_string()))?);
+        request.timeout = Some(timeout + Duration::from_secs(15));
+        let response = self.send_retrying(request).await?;
+        decode(&response)
+    }
+
     /// One execution.
     pub async fn get(&self, execution_id: &str) -> Result<Execution, Error> {
         self.read(format!("/v1/executions/{}", segment(execution_id)), None)

@@ -334,13 +334,17 @@ pub struct StartRequest {
 }
 
 /// The answer to a start.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "utoipa", derive(utoipa::ToSchema))]
 pub struct Started {
     /// The execution's id.
     pub execution_id: String,
     /// False when the execution already existed.
     pub created: bool,
+    /// A start that waited (`?wait_ms=`): the execution as `GET` shows it
+    /// when the wait ended, finished or not (look at its `status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<Box<Execution>>,
 }
 
 /// An execution's status.

@@ -22,17 +22,42 @@ pub const TRACEPARENT: &str = "traceparent";
 
 pub use orbit_sdk::wire::{CANCEL_REASON_MAX, WAIT_TIMEOUT_MS_DEFAULT, WAIT_TIMEOUT_MS_MAX};
 
-/// Starts an execution: `201` created, `200` for an existing id.
+/// Query of a start.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StartQuery {
+    /// Answer once the execution has finished, or after this many ms
+    /// (more than 300 000 is capped), with the execution as `GET` shows it
+    /// under `execution`: a start and a `wait` in one request. Not with an
+    /// `Idempotency-Key` (`400 IDEMPOTENCY_KEY_WITH_WAIT`): name an
+    /// `execution_id`, and a repeated request answers `created: false` and
+    /// waits for the same execution.
+    #[param(minimum = 0, maximum = 18446744073709551615_u64)]
+    pub wait_ms: Option<u64>,
+}
+
+/// The answer to a start that waited (`?wait_ms=`): the start's fields and
+/// the execution as `GET` shows it when the wait ended.
+#[derive(serde::Serialize)]
+struct StartedAndSeen {
+    execution_id: String,
+    created: bool,
+    execution: Seen,
+}
+
+/// Starts an execution: `201` created, `200` for an existing id; with
+/// `wait_ms`, once it has finished or the wait ran out.
 #[utoipa::path(post, path = "/v1/executions", tag = "executions", request_body = StartRequest,
-    params(("traceparent" = Option<String>, Header, description = "W3C trace context of the caller (`00-<trace id>-<parent span id>-<flags>`). A valid one is kept with the execution: its spans and its workers' tasks join the caller's trace. An invalid one is ignored, not refused.")),
-    responses((status = 201, description = "created", body = wire::Started),
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context of the caller (`00-<trace id>-<parent span id>-<flags>`). A valid one is kept with the execution: its spans and its workers' tasks join the caller's trace. An invalid one is ignored, not refused."), StartQuery),
+    responses((status = 201, description = "created (with `wait_ms`: and `execution`, as `GET` shows it when the wait ended, finished or not)", body = wire::Started),
               (status = 200, description = "an execution with this `execution_id` already exists for the same workflow (and version, if named): `created: false`", body = wire::Started),
-              (status = 400, description = "`INPUT_CONTRACT_VIOLATION`, `INVALID_EXECUTION_ID`, `IDEMPOTENCY_KEY_REQUIRED`, or a malformed request", body = wire::ErrorBody),
+              (status = 400, description = "`INPUT_CONTRACT_VIOLATION`, `INVALID_EXECUTION_ID`, `IDEMPOTENCY_KEY_REQUIRED`, `IDEMPOTENCY_KEY_WITH_WAIT`, or a malformed request", body = wire::ErrorBody),
               (status = 404, description = "`UNKNOWN_WORKFLOW`", body = wire::ErrorBody),
               (status = 409, description = "`EXECUTION_EXISTS` (the id belongs to another workflow or version)", body = wire::ErrorBody)))]
 pub async fn start(
     State(state): State<AppState>,
     Scope(idempotency): Scope,
+    Query(q): Query<StartQuery>,
     headers: HeaderMap,
     Json(body): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
@@ -48,7 +73,45 @@ pub async fn start(
         idempotency,
         traceparent: traceparent(&headers),
     });
-    Ok(respond(state.driver.call(request).await))
+    let started = state.driver.call(request).await;
+    let Some(wait_ms) = q.wait_ms else {
+        return Ok(respond(started));
+    };
+    let id = started.body.field("execution_id").and_then(Value::as_str);
+    let (Some(id), true) = (id, (200..300).contains(&started.status)) else {
+        return Ok(respond(started));
+    };
+    let id = id.to_owned();
+    let created = started.body.field("created").and_then(Value::as_bool) == Some(true);
+    let status = StatusCode::from_u16(started.status).unwrap_or(StatusCode::OK);
+    let answer = |execution| StartedAndSeen {
+        execution_id: id.clone(),
+        created,
+        execution,
+    };
+    Ok(
+        match wait_for(&state, id.clone(), wait_ms.min(WAIT_TIMEOUT_MS_MAX)).await? {
+            Seen::Engine(r) if r.status == 200 => {
+                (status, axum::Json(answer(Seen::Engine(r)))).into_response()
+            }
+            // Not found by the wait (shared mode: gone from this member
+            // between the start and the wait): its own answer.
+            Seen::Engine(r) => respond(r),
+            seen @ Seen::Stored(_) => (status, axum::Json(answer(seen))).into_response(),
+        },
+    )
+}
+
+/// Whether a request to `path` with `query` is a start that waits
+/// (`POST /v1/executions?wait_ms=`):
+/// such a start takes no `Idempotency-Key`, since its answer, the execution
+/// when the wait ended, is not a response a replay could give back.
+pub fn start_waits(path: &str, query: Option<&str>) -> bool {
+    path.trim_end_matches('/') == "/v1/executions"
+        && query.is_some_and(|q| {
+            q.split('&')
+                .any(|pair| pair.split('=').next() == Some("wait_ms"))
+        })
 }
 
 /// The request's one `traceparent` header as text (the engine keeps it when
@@ -300,10 +363,85 @@ pub struct WaitQuery {
 /// member runs while a `wait` on it lasts.
 const WAIT_ELSEWHERE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// What a wait saw: the engine's answer (the execution held in memory, or
+/// an error), or the execution as `GET` shows it, read from the store.
+enum Seen {
+    Engine(orbit_core::engine::Response),
+    Stored(Value),
+}
+
+/// The execution's JSON (a start that waited nests it).
+impl serde::Serialize for Seen {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Seen::Engine(r) => r.body.serialize(serializer),
+            Seen::Stored(view) => view.serialize(serializer),
+        }
+    }
+}
+
+impl IntoResponse for Seen {
+    fn into_response(self) -> Response {
+        match self {
+            Seen::Engine(r) => respond(r),
+            Seen::Stored(view) => (StatusCode::OK, axum::Json(view)).into_response(),
+        }
+    }
+}
+
+/// Waits up to `timeout_ms` for execution `id` to finish; what it is then.
+async fn wait_for(state: &AppState, id: String, timeout_ms: u64) -> Result<Seen, ApiError> {
+    // Held in memory (running, or finished a moment ago): the engine
+    // answers without a read of the store — the usual case, a client
+    // waiting on what it just started.
+    let held = state
+        .driver
+        .call(Request::WaitHeld {
+            execution_id: id.clone(),
+            timeout_ms,
+        })
+        .await;
+    if held.error_code() != Some(orbit_core::engine::NOT_HELD) {
+        return Ok(Seen::Engine(held));
+    }
+    // Unknown, finished or idle and evicted: the row says which. Only a
+    // finished execution's history is read and folded into its view, and
+    // outside the engine.
+    let store = state.driver.store();
+    let row = store.execution(&id).await.map_err(ApiError::storage)?;
+    let Some(row) = row else {
+        return Err(reads::unknown(&id));
+    };
+    if parse_status(&row.status).is_ok_and(|s| s.is_terminal()) {
+        return stored(state, &id).await;
+    }
+    if state.driver.membership().is_some() {
+        // Shared mode: another member runs it; its row tells when it ends.
+        return wait_elsewhere(state, &id, timeout_ms).await;
+    }
+    Ok(Seen::Engine(
+        state
+            .driver
+            .call(Request::Wait {
+                execution_id: id,
+                timeout_ms,
+            })
+            .await,
+    ))
+}
+
+/// The execution `id` as `GET` shows it, from the store.
+async fn stored(state: &AppState, id: &str) -> Result<Seen, ApiError> {
+    match reads::execution(state.driver.store().as_ref(), id).await? {
+        Some((_, view)) => Ok(Seen::Stored(view)),
+        None => Err(reads::unknown(id)),
+    }
+}
+
 /// `wait` on an execution another member owns: its row is read every
 /// [`WAIT_ELSEWHERE_EVERY`] until it is finished or the timeout passed,
 /// then answered as `GET` shows it.
-async fn wait_elsewhere(state: &AppState, id: &str, timeout_ms: u64) -> Result<Response, ApiError> {
+async fn wait_elsewhere(state: &AppState, id: &str, timeout_ms: u64) -> Result<Seen, ApiError> {
     let store = state.driver.store();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
     loop {
@@ -313,10 +451,7 @@ async fn wait_elsewhere(state: &AppState, id: &str, timeout_ms: u64) -> Result<R
         };
         let ended = parse_status(&row.status).is_ok_and(|s| s.is_terminal());
         if ended || tokio::time::Instant::now() >= deadline {
-            return match reads::execution(store.as_ref(), id).await? {
-                Some((_, view)) => Ok((StatusCode::OK, axum::Json(view)).into_response()),
-                None => Err(reads::unknown(id)),
-            };
+            return stored(state, id).await;
         }
         tokio::time::sleep(WAIT_ELSEWHERE_EVERY.min(deadline - tokio::time::Instant::now())).await;
     }
@@ -337,44 +472,5 @@ pub async fn wait(
         .timeout_ms
         .unwrap_or(WAIT_TIMEOUT_MS_DEFAULT)
         .min(WAIT_TIMEOUT_MS_MAX);
-    // Held in memory (running, or finished a moment ago): the engine
-    // answers without a read of the store — the usual case, a client
-    // waiting on what it just started.
-    let held = state
-        .driver
-        .call(Request::WaitHeld {
-            execution_id: id.clone(),
-            timeout_ms,
-        })
-        .await;
-    if held.error_code() != Some(orbit_core::engine::NOT_HELD) {
-        return Ok(respond(held));
-    }
-    // Unknown, finished or idle and evicted: the row says which. Only a
-    // finished execution's history is read and folded into its view, and
-    // outside the engine.
-    let store = state.driver.store();
-    let row = store.execution(&id).await.map_err(ApiError::storage)?;
-    let Some(row) = row else {
-        return Err(reads::unknown(&id));
-    };
-    if parse_status(&row.status).is_ok_and(|s| s.is_terminal()) {
-        return match reads::execution(store.as_ref(), &id).await? {
-            Some((_, view)) => Ok((StatusCode::OK, axum::Json(view)).into_response()),
-            None => Err(reads::unknown(&id)),
-        };
-    }
-    if state.driver.membership().is_some() {
-        // Shared mode: another member runs it; its row tells when it ends.
-        return wait_elsewhere(&state, &id, timeout_ms).await;
-    }
-    Ok(respond(
-        state
-            .driver
-            .call(Request::Wait {
-                execution_id: id,
-                timeout_ms,
-            })
-            .await,
-    ))
+    Ok(wait_for(&state, id, timeout_ms).await?.into_response())
 }
