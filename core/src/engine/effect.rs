@@ -247,6 +247,12 @@ impl Body {
         }
     }
 
+    /// Whether the body is still typed (a hand-out or an execution's view
+    /// not yet turned into a JSON tree).
+    pub fn is_typed(&self) -> bool {
+        self.typed.is_some()
+    }
+
     /// The tasks of a poll's hand-out made with [`Body::tasks`] (`None` for
     /// any other body, or once it was changed as JSON).
     pub fn as_tasks(&self) -> Option<&[Task]> {

@@ -301,11 +301,11 @@ impl Driver {
         for request in requests {
             let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
-            let session = session_of(&request).map(str::to_owned);
-            if let Some(id) = &session {
+            let watch = watch(&request);
+            if let Watch::Session(id) = &watch {
                 self.shared.metrics.session_seen(id, self.now());
             }
-            sessions.push(session);
+            sessions.push(watch);
             sent.push((id, request, tx));
             replies.push((id, rx));
         }
@@ -336,21 +336,21 @@ impl Driver {
                 responses.push(self.stopped());
                 continue;
             };
-            self.observe(session.as_deref(), &response);
+            self.observe(session, &response);
             responses.push(response);
         }
         responses
     }
 
     /// Notes in the metrics what a reply says of a worker session.
-    fn observe(&self, session: Option<&str>, response: &Response) {
+    fn observe(&self, watch: Watch, response: &Response) {
         let metrics = &self.shared.metrics;
         let now = self.now();
-        match (session, response.status) {
-            (Some(id), 404) => metrics.session_gone(id),
-            (Some(id), 200) if unregisters(response) => metrics.session_gone(id),
-            (Some(id), _) => metrics.session_seen(id, now),
-            (None, 200) => {
+        match (watch, response.status) {
+            (Watch::Session(id), 404) => metrics.session_gone(&id),
+            (Watch::Session(id), 200) if unregisters(response) => metrics.session_gone(&id),
+            (Watch::Session(id), _) => metrics.session_seen(&id, now),
+            (Watch::Registration, 200) => {
                 if let Some(new) = response.body.field("session_id").and_then(|v| v.as_str()) {
                     metrics.session_seen(new, now);
                 }
@@ -452,12 +452,24 @@ impl Driver {
 }
 
 /// The worker session a request is made in, if any.
-fn session_of(request: &Request) -> Option<&str> {
+/// What the reply to a request may tell the metrics of worker sessions.
+enum Watch {
+    /// The request names this session: its reply says whether it lives.
+    Session(String),
+    /// A registration: its reply names a new session.
+    Registration,
+    /// Nothing (the reply is not read: an execution's view, say, is not
+    /// built into a tree to be searched for a session).
+    Nothing,
+}
+
+fn watch(request: &Request) -> Watch {
     match request {
         Request::Poll { session_id, .. }
         | Request::Heartbeat { session_id, .. }
-        | Request::Unregister { session_id } => Some(session_id),
-        _ => None,
+        | Request::Unregister { session_id } => Watch::Session(session_id.clone()),
+        Request::RegisterWorker { .. } => Watch::Registration,
+        _ => Watch::Nothing,
     }
 }
 

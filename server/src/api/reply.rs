@@ -31,12 +31,12 @@ fn fix_at(v: &mut Value) {
 }
 
 /// Converts an engine answer into an HTTP response. History bodies get
-/// their event timestamps in RFC 3339. A poll's hand-out is serialized
-/// straight from its typed tasks, here, once.
+/// their event timestamps in RFC 3339. A typed body (a poll's hand-out, an
+/// execution's view) is serialized straight from its types, here, once.
 pub fn respond(r: engine::Response) -> Response {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut body = r.body;
-    if body.as_tasks().is_none() {
+    if !body.is_typed() {
         if let Some(events) = body.get_mut("events").and_then(Value::as_array_mut) {
             events.iter_mut().for_each(fix_at);
         }

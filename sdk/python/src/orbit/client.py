@@ -6,6 +6,9 @@ cancel) carries an ``Idempotency-Key`` (a UUIDv4 unless the caller sets
 one); a call is made up to 3 times in total with exponential backoff on
 429, 5xx, ``IDEMPOTENCY_KEY_IN_FLIGHT`` and connection errors, reusing the
 key, so a retried call never acts twice. Reads are retried the same way.
+A start that waits (``start_and_wait``) carries no key, since the server
+refuses one there; it names its execution id instead (a UUIDv4 unless the
+caller sets one), so a retry finds the same execution rather than a new one.
 Other 4xx answers are raised at once as the exception class of their code
 (:mod:`orbit.errors`).
 
@@ -24,7 +27,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,6 +45,8 @@ DEFAULT_ATTEMPTS = 3
 DEFAULT_BACKOFF = 0.2
 #: Leader redirects followed in a row before trying the other servers.
 MAX_REDIRECTS = MAX_HOPS
+#: The longest the server holds a wait (5 minutes); longer waits are split.
+MAX_WAIT = 300.0
 
 
 def _seg(value: str) -> str:
@@ -139,6 +144,40 @@ class _Base(ServerChoice):
         if execution_id is not None:
             body["execution_id"] = execution_id
         return _Call("POST", "/v1/executions", body, None, idempotency_key, traceparent=traceparent)
+
+    def _start_and_wait_call(
+        self,
+        workflow: str,
+        input: Any,
+        version: str | None,
+        execution_id: str | None,
+        timeout: float,
+        traceparent: str | None,
+    ) -> _Call:
+        # No Idempotency-Key (the server refuses one on a start that waits): the
+        # named execution id makes a retry find the same execution.
+        call = self._start_call(
+            workflow, input, version, execution_id or str(uuid.uuid4()), None, traceparent
+        )
+        ms = int(min(max(timeout, 0.0), MAX_WAIT) * 1000)
+        call.params = {"wait_ms": ms}
+        call.timeout = ms / 1000 + self.timeout
+        return call
+
+    @staticmethod
+    def _started(answer: _Answer) -> Started:
+        body = answer.body
+        seen = body.get("execution")
+        execution = Execution.from_json(seen) if isinstance(seen, dict) else None
+        return Started(body["execution_id"], bool(body["created"]), answer.replayed, execution)
+
+    @staticmethod
+    def _wait_more(started: Started, timeout: float) -> bool:
+        """Whether a start that waited must go on with ``wait``: the server answered
+        without the execution (a server from before starts that wait), or it is still
+        running and the caller's timeout is longer than the server's longest wait."""
+        execution = started.execution
+        return execution is None or (not execution.finished and timeout > MAX_WAIT)
 
     @staticmethod
     def _list_params(
@@ -271,8 +310,35 @@ class Client(_Base):
         call = self._start_call(
             workflow, input, version, execution_id, idempotency_key, traceparent
         )
-        answer = self._send(call, creating=True)
-        return Started(answer.body["execution_id"], bool(answer.body["created"]), answer.replayed)
+        return self._started(self._send(call, creating=True))
+
+    def start_and_wait(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: str | None = None,
+        execution_id: str | None = None,
+        timeout: float = 30.0,
+        traceparent: str | None = None,
+    ) -> Started:
+        """Starts an execution and waits, in the same request, until it has finished or
+        ``timeout`` seconds passed; ``execution`` of the answer is the execution then
+        (look at ``finished``). Instead of an ``Idempotency-Key`` (which the server
+        refuses on a start that waits) the start names its execution id, ``execution_id``
+        or a generated UUIDv4, so a retry after a lost answer waits for the same
+        execution, and reads ``created=False``. Start errors are raised as by
+        :meth:`start`. A longer timeout than the server's 5 minutes, or a server that
+        answers without the execution, goes on with :meth:`wait`."""
+        deadline = time.monotonic() + timeout
+        call = self._start_and_wait_call(
+            workflow, input, version, execution_id, timeout, traceparent
+        )
+        started = self._started(self._send(call))
+        if self._wait_more(started, timeout):
+            left = max(0.0, deadline - time.monotonic())
+            started = replace(started, execution=self.wait(started.execution_id, left))
+        return started
 
     def status(self, execution_id: str) -> Execution:
         """The execution as the server shows it now."""
@@ -285,7 +351,7 @@ class Client(_Base):
         deadline = time.monotonic() + timeout
         while True:
             left = max(0.0, deadline - time.monotonic())
-            ms = int(min(left, 300.0) * 1000)
+            ms = int(min(left, MAX_WAIT) * 1000)
             call = _Call(
                 "POST",
                 f"/v1/executions/{_seg(execution_id)}/wait",
@@ -443,8 +509,28 @@ class AsyncClient(_Base):
         call = self._start_call(
             workflow, input, version, execution_id, idempotency_key, traceparent
         )
-        answer = await self._send(call, creating=True)
-        return Started(answer.body["execution_id"], bool(answer.body["created"]), answer.replayed)
+        return self._started(await self._send(call, creating=True))
+
+    async def start_and_wait(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: str | None = None,
+        execution_id: str | None = None,
+        timeout: float = 30.0,
+        traceparent: str | None = None,
+    ) -> Started:
+        deadline = time.monotonic() + timeout
+        call = self._start_and_wait_call(
+            workflow, input, version, execution_id, timeout, traceparent
+        )
+        started = self._started(await self._send(call))
+        if self._wait_more(started, timeout):
+            left = max(0.0, deadline - time.monotonic())
+            execution = await self.wait(started.execution_id, left)
+            started = replace(started, execution=execution)
+        return started
 
     async def status(self, execution_id: str) -> Execution:
         answer = await self._send(_Call("GET", f"/v1/executions/{_seg(execution_id)}"))
@@ -454,7 +540,7 @@ class AsyncClient(_Base):
         deadline = time.monotonic() + timeout
         while True:
             left = max(0.0, deadline - time.monotonic())
-            ms = int(min(left, 300.0) * 1000)
+            ms = int(min(left, MAX_WAIT) * 1000)
             call = _Call(
                 "POST",
                 f"/v1/executions/{_seg(execution_id)}/wait",

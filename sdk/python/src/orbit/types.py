@@ -13,13 +13,16 @@ _HEX = frozenset("0123456789abcdef")
 
 @dataclass(frozen=True)
 class Started:
-    """The answer to a start."""
+    """The answer to a start, or to a start that waits."""
 
     execution_id: str
     #: False when an execution with this id already existed.
     created: bool
     #: True when the answer is the stored one for a repeated ``Idempotency-Key``.
     replayed: bool = False
+    #: From a start that waits (``start_and_wait``): the execution when the wait
+    #: ended, finished or not (look at ``finished``); None from a plain start.
+    execution: Execution | None = None
 
 
 @dataclass(frozen=True)
