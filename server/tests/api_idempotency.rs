@@ -171,6 +171,13 @@ async fn a_start_that_waits_takes_no_key() {
         .await;
     assert_eq!(replay.code(), "IDEMPOTENCY_KEY_WITH_WAIT");
     assert!(!replay.replayed());
+    // However the parameter is spelled or valued.
+    for query in ["wait%5Fms=1000", "wait_ms=soon", "x=1&wait_ms"] {
+        let r = h
+            .post(&format!("/v1/executions?{query}"), Some("wait-2"), START)
+            .await;
+        assert_eq!(r.code(), "IDEMPOTENCY_KEY_WITH_WAIT", "{query}");
+    }
     assert_eq!(h.count().await, 1);
 }
 

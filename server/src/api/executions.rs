@@ -61,6 +61,10 @@ pub async fn start(
     headers: HeaderMap,
     Json(body): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
+    if q.wait_ms.is_some() && idempotency.is_some() {
+        // The middleware refuses these first; never run one unguarded.
+        return Err(key_with_wait());
+    }
     check_name("workflow", &body.workflow, wire::NAME_MAX)?;
     if let Some(v) = &body.version {
         check_name("version", v, wire::VERSION_MAX)?;
@@ -102,16 +106,23 @@ pub async fn start(
     )
 }
 
-/// Whether a request to `path` with `query` is a start that waits
-/// (`POST /v1/executions?wait_ms=`):
-/// such a start takes no `Idempotency-Key`, since its answer, the execution
-/// when the wait ended, is not a response a replay could give back.
-pub fn start_waits(path: &str, query: Option<&str>) -> bool {
-    path.trim_end_matches('/') == "/v1/executions"
-        && query.is_some_and(|q| {
-            q.split('&')
-                .any(|pair| pair.split('=').next() == Some("wait_ms"))
-        })
+/// Whether a request for `uri` is a start that waits
+/// (`POST /v1/executions?wait_ms=`, the parameter named in any spelling the
+/// query parser reads, whatever its value): such a start takes no
+/// `Idempotency-Key`, since its answer, the execution when the wait ended,
+/// is not a response a replay could give back.
+pub fn start_waits(uri: &axum::http::Uri) -> bool {
+    uri.path() == "/v1/executions"
+        && axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+            .is_ok_and(|q| q.0.iter().any(|(name, _)| name == "wait_ms"))
+}
+
+/// `400 IDEMPOTENCY_KEY_WITH_WAIT`.
+pub fn key_with_wait() -> ApiError {
+    ApiError::bad_request(
+        "IDEMPOTENCY_KEY_WITH_WAIT",
+        "a start that waits (wait_ms) takes no Idempotency-Key: name an execution_id instead, and a repeated start answers created: false and waits for the same execution",
+    )
 }
 
 /// The request's one `traceparent` header as text (the engine keeps it when

@@ -269,12 +269,8 @@ async fn handle(guard: Guard, request: Request, next: Next) -> Result<Response, 
             )
             .into_response()
         })?;
-    if super::executions::start_waits(request.uri().path(), request.uri().query()) {
-        return Err(ApiError::bad_request(
-            "IDEMPOTENCY_KEY_WITH_WAIT",
-            "a start that waits (wait_ms) takes no Idempotency-Key: name an execution_id instead, and a repeated start answers created: false and waits for the same execution",
-        )
-        .into_response());
+    if super::executions::start_waits(request.uri()) {
+        return Err(super::executions::key_with_wait().into_response());
     }
     let credential = request
         .extensions()
