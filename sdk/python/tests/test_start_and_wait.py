@@ -141,19 +141,29 @@ def test_a_wait_that_runs_out_returns_the_running_execution(server: Server) -> N
             client.start_and_wait("Plain", {"n": 1}, execution_id="g-1", timeout=10)
 
 
-def test_the_server_refuses_an_idempotency_key_on_a_start_that_waits(server: Server) -> None:
+def test_a_keyed_start_answers_without_waiting(server: Server) -> None:
     # What the SDK never sends: start_and_wait takes no idempotency_key at all.
+    # With a key the server answers the start alone (the answer it stores for
+    # the key), at once.
     with Client(server.url) as client:
         client.deploy({"gate.orbit": GATE})
-        r = httpx.post(
-            f"{server.url}/v1/executions",
-            params={"wait_ms": 100},
-            headers={"idempotency-key": "k-1"},
-            json={"workflow": "Gate", "input": {"n": 1}, "execution_id": "keyed"},
-        )
-        assert r.status_code == 400
-        assert r.json()["error"]["code"] == "IDEMPOTENCY_KEY_WITH_WAIT"
-        assert client.list(workflow="Gate").executions == []
+
+        def send() -> httpx.Response:
+            return httpx.post(
+                f"{server.url}/v1/executions",
+                params={"wait_ms": 5000},
+                headers={"idempotency-key": "k-1"},
+                json={"workflow": "Gate", "input": {"n": 1}, "execution_id": "keyed"},
+            )
+
+        began = time.monotonic()
+        r = send()
+        assert time.monotonic() - began < 4.0
+        assert r.status_code == 201
+        assert r.json() == {"execution_id": "keyed", "created": True}
+        again = send()
+        assert again.headers.get("idempotent-replayed") == "true"
+        assert again.content == r.content
 
 
 def test_a_retry_after_a_lost_answer_waits_for_the_same_execution(server: Server) -> None:

@@ -133,10 +133,12 @@ impl Client {
     /// Starts an execution and waits, in the same request, for it to end,
     /// for at most `timeout`; the answer carries the execution as it is
     /// then (`Started::execution`, terminal or not). Instead of an
-    /// `Idempotency-Key` (which the server refuses on a start that waits)
-    /// the start names its execution id — `options.execution_id`, or a
-    /// generated UUIDv4 — so a retry after a lost answer finds the same
-    /// execution (and reads `created: false`).
+    /// `Idempotency-Key` (with which the server answers the start alone,
+    /// as stored for the key) the start names its execution id —
+    /// `options.execution_id`, or a generated UUIDv4 — so a retry after a
+    /// lost answer finds the same execution (and reads `created: false`).
+    /// An idempotency key in `options` is refused: use [`Client::start`]
+    /// and [`Client::wait`] for a keyed start.
     pub async fn start_and_wait(
         &self,
         options: StartOptions,

@@ -28,10 +28,11 @@ pub use orbit_sdk::wire::{CANCEL_REASON_MAX, WAIT_TIMEOUT_MS_DEFAULT, WAIT_TIMEO
 pub struct StartQuery {
     /// Answer once the execution has finished, or after this many ms
     /// (more than 300 000 is capped), with the execution as `GET` shows it
-    /// under `execution`: a start and a `wait` in one request. Not with an
-    /// `Idempotency-Key` (`400 IDEMPOTENCY_KEY_WITH_WAIT`): name an
-    /// `execution_id`, and a repeated request answers `created: false` and
-    /// waits for the same execution.
+    /// under `execution`: a start and a `wait` in one request. Ignored on a
+    /// start with an `Idempotency-Key`, whose answer is the start's own (the
+    /// one stored and replayed): to make a start that waits safe to retry,
+    /// name an `execution_id`; a repeated request answers `created: false`
+    /// and waits for the same execution.
     #[param(minimum = 0, maximum = 18446744073709551615_u64)]
     pub wait_ms: Option<u64>,
 }
@@ -49,9 +50,9 @@ struct StartedAndSeen {
 /// `wait_ms`, once it has finished or the wait ran out.
 #[utoipa::path(post, path = "/v1/executions", tag = "executions", request_body = StartRequest,
     params(("traceparent" = Option<String>, Header, description = "W3C trace context of the caller (`00-<trace id>-<parent span id>-<flags>`). A valid one is kept with the execution: its spans and its workers' tasks join the caller's trace. An invalid one is ignored, not refused."), StartQuery),
-    responses((status = 201, description = "created (with `wait_ms`: and `execution`, as `GET` shows it when the wait ended, finished or not)", body = wire::Started),
+    responses((status = 201, description = "created (with `wait_ms` and no `Idempotency-Key`: and `execution`, as `GET` shows it when the wait ended, finished or not)", body = wire::Started),
               (status = 200, description = "an execution with this `execution_id` already exists for the same workflow (and version, if named): `created: false`", body = wire::Started),
-              (status = 400, description = "`INPUT_CONTRACT_VIOLATION`, `INVALID_EXECUTION_ID`, `IDEMPOTENCY_KEY_REQUIRED`, `IDEMPOTENCY_KEY_WITH_WAIT`, or a malformed request", body = wire::ErrorBody),
+              (status = 400, description = "`INPUT_CONTRACT_VIOLATION`, `INVALID_EXECUTION_ID`, `IDEMPOTENCY_KEY_REQUIRED`, or a malformed request", body = wire::ErrorBody),
               (status = 404, description = "`UNKNOWN_WORKFLOW`", body = wire::ErrorBody),
               (status = 409, description = "`EXECUTION_EXISTS` (the id belongs to another workflow or version)", body = wire::ErrorBody)))]
 pub async fn start(
@@ -61,14 +62,14 @@ pub async fn start(
     headers: HeaderMap,
     Json(body): Json<StartRequest>,
 ) -> Result<Response, ApiError> {
-    if q.wait_ms.is_some() && idempotency.is_some() {
-        // The middleware refuses these first; never run one unguarded.
-        return Err(key_with_wait());
-    }
     check_name("workflow", &body.workflow, wire::NAME_MAX)?;
     if let Some(v) = &body.version {
         check_name("version", v, wire::VERSION_MAX)?;
     }
+    // With an `Idempotency-Key` the answer is the start's own: it is the
+    // answer stored against the key and replayed byte for byte, which an
+    // answer depending on when a wait ended could not be.
+    let wait_ms = q.wait_ms.filter(|_| idempotency.is_none());
     let request = Request::Start(Start {
         workflow: body.workflow,
         version: body.version,
@@ -78,7 +79,7 @@ pub async fn start(
         traceparent: traceparent(&headers),
     });
     let started = state.driver.call(request).await;
-    let Some(wait_ms) = q.wait_ms else {
+    let Some(wait_ms) = wait_ms else {
         return Ok(respond(started));
     };
     let id = started.body.field("execution_id").and_then(Value::as_str);
@@ -103,25 +104,6 @@ pub async fn start(
             Seen::Engine(r) => respond(r),
             seen @ Seen::Stored(_) => (status, axum::Json(answer(seen))).into_response(),
         },
-    )
-}
-
-/// Whether a request for `uri` is a start that waits
-/// (`POST /v1/executions?wait_ms=`, the parameter named in any spelling the
-/// query parser reads, whatever its value): such a start takes no
-/// `Idempotency-Key`, since its answer, the execution when the wait ended,
-/// is not a response a replay could give back.
-pub fn start_waits(uri: &axum::http::Uri) -> bool {
-    uri.path() == "/v1/executions"
-        && axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
-            .is_ok_and(|q| q.0.iter().any(|(name, _)| name == "wait_ms"))
-}
-
-/// `400 IDEMPOTENCY_KEY_WITH_WAIT`.
-pub fn key_with_wait() -> ApiError {
-    ApiError::bad_request(
-        "IDEMPOTENCY_KEY_WITH_WAIT",
-        "a start that waits (wait_ms) takes no Idempotency-Key: name an execution_id instead, and a repeated start answers created: false and waits for the same execution",
     )
 }
 

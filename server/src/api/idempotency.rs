@@ -269,9 +269,6 @@ async fn handle(guard: Guard, request: Request, next: Next) -> Result<Response, 
             )
             .into_response()
         })?;
-    if super::executions::start_waits(request.uri()) {
-        return Err(super::executions::key_with_wait().into_response());
-    }
     let credential = request
         .extensions()
         .get::<Caller>()

@@ -6,8 +6,8 @@ cancel) carries an ``Idempotency-Key`` (a UUIDv4 unless the caller sets
 one); a call is made up to 3 times in total with exponential backoff on
 429, 5xx, ``IDEMPOTENCY_KEY_IN_FLIGHT`` and connection errors, reusing the
 key, so a retried call never acts twice. Reads are retried the same way.
-A start that waits (``start_and_wait``) carries no key, since the server
-refuses one there; it names its execution id instead (a UUIDv4 unless the
+A start that waits (``start_and_wait``) carries no key, since with one the
+server answers the start alone; it names its execution id instead (a UUIDv4 unless the
 caller sets one), so a retry finds the same execution rather than a new one.
 Other 4xx answers are raised at once as the exception class of their code
 (:mod:`orbit.errors`).
@@ -154,7 +154,7 @@ class _Base(ServerChoice):
         timeout: float,
         traceparent: str | None,
     ) -> _Call:
-        # No Idempotency-Key (the server refuses one on a start that waits): the
+        # No Idempotency-Key (with one the server answers the start alone): the
         # named execution id makes a retry find the same execution.
         call = self._start_call(
             workflow, input, version, execution_id or str(uuid.uuid4()), None, traceparent
@@ -324,8 +324,8 @@ class Client(_Base):
     ) -> Started:
         """Starts an execution and waits, in the same request, until it has finished or
         ``timeout`` seconds passed; ``execution`` of the answer is the execution then
-        (look at ``finished``). Instead of an ``Idempotency-Key`` (which the server
-        refuses on a start that waits) the start names its execution id, ``execution_id``
+        (look at ``finished``). Instead of an ``Idempotency-Key`` (with which the server
+        answers the start alone, without waiting) the start names its execution id, ``execution_id``
         or a generated UUIDv4, so a retry after a lost answer waits for the same
         execution, and reads ``created=False``. Start errors are raised as by
         :meth:`start`. A longer timeout than the server's 5 minutes, or a server that
