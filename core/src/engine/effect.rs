@@ -159,8 +159,12 @@ impl Response {
         }
     }
 
-    /// The error code of an error answer.
+    /// The error code of an error answer (a typed body, a hand-out or an
+    /// execution's view, is never one: it is not built to look).
     pub fn error_code(&self) -> Option<&str> {
+        if self.body.is_typed() {
+            return None;
+        }
         self.body.get("error")?.get("code")?.as_str()
     }
 }
@@ -442,7 +446,7 @@ impl Task {
 
 #[cfg(test)]
 mod tests {
-    use super::{Body, Task};
+    use super::{Body, Response, Task};
     use serde_json::json;
 
     /// A task as a poll hands it out (odd `n`: a first delivery).
@@ -517,5 +521,18 @@ mod tests {
         assert!(plain.insert("results", json!([])));
         assert_eq!(plain.field("results"), Some(&json!([])));
         assert!(!Body::from(json!([1])).insert("results", json!([])));
+    }
+
+    #[test]
+    fn a_typed_answer_has_no_error_code_and_is_not_built_to_say_so() {
+        let hand_out = Response {
+            status: 200,
+            body: Body::tasks(vec![task(1)]),
+            replayed: false,
+        };
+        assert_eq!(hand_out.error_code(), None);
+        assert!(hand_out.body.built.get().is_none());
+        let refused = Response::error(404, "UNKNOWN_EXECUTION", "no such execution");
+        assert_eq!(refused.error_code(), Some("UNKNOWN_EXECUTION"));
     }
 }

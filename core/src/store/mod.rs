@@ -53,6 +53,10 @@ pub enum StorageError {
     Ambiguous(String),
 }
 
+/// A transaction to be built by the store that commits it
+/// ([`Storage::commit_signalling`]).
+pub type MakeTransaction = Box<dyn FnOnce() -> Transaction + Send>;
+
 /// A durable store of definitions, histories and execution projections.
 ///
 /// Implementations: `SqliteStore` and `PostgresStore` (in `orbit-io-tokio`)
@@ -62,17 +66,20 @@ pub enum StorageError {
 pub trait Storage: Send + Sync {
     /// Applies `tx` atomically: every part of it, or nothing.
     async fn commit(&self, tx: &Transaction) -> Result<(), StorageError>;
-    /// [`Storage::commit`], calling `written` once the transaction holds
-    /// none of the store's write resources any more and waits only to be
-    /// durable (SQLite: its frames are in the WAL, the sync is to come). A
-    /// store whose commits are durable when written never calls it.
+    /// [`Storage::commit`] of the transaction `make` builds, built where
+    /// the store writes it (SQLite: on its commit thread, so the caller's
+    /// thread, which runs the engine, spends no time building and encoding
+    /// rows). `written` is called once the transaction holds none of the
+    /// store's write resources any more and waits only to be durable
+    /// (SQLite: its frames are in the WAL, the sync is to come); a store
+    /// whose commits are durable when written never calls it.
     async fn commit_signalling(
         &self,
-        tx: &Transaction,
+        make: MakeTransaction,
         written: &(dyn Fn() + Send + Sync),
     ) -> Result<(), StorageError> {
         let _ = written;
-        self.commit(tx).await
+        self.commit(&make()).await
     }
     /// Every registered definition, oldest first.
     async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError>;

@@ -231,24 +231,29 @@ impl EventLoop {
                     let node = self.fence_node.clone();
                     let writer = self.writer.clone();
                     let inputs = self.inputs_tx.clone();
+                    let batches = commit.batches.len() as f64;
+                    let events = commit.events() as f64;
                     let handle = self.in_flight.spawn(async move {
-                        let mut tx = convert::group_transaction(&commit.batches, &node);
-                        tx.writer = writer;
+                        // The rows are built where the store writes them
+                        // (SQLite: its commit thread), not on this one.
+                        let make = Box::new(move || {
+                            let mut tx = convert::group_transaction(&commit.batches, &node);
+                            tx.writer = writer;
+                            tx
+                        });
                         // Commit latency is a duration on the monotonic
                         // clock, not a time the engine sees.
                         let started = Instant::now();
                         let written = move || {
                             let _ = inputs.send(NodeInput::Written { commit: id });
                         };
-                        let result = store.commit_signalling(&tx, &written).await;
+                        let result = store.commit_signalling(make, &written).await;
                         metrics
                             .commit_latency
                             .observe(started.elapsed().as_secs_f64());
-                        metrics
-                            .batches_per_commit
-                            .observe(commit.batches.len() as f64);
-                        metrics.events_per_commit.observe(commit.events() as f64);
-                        (commit.id, result)
+                        metrics.batches_per_commit.observe(batches);
+                        metrics.events_per_commit.observe(events);
+                        (id, result)
                     });
                     self.in_flight_ids.insert(handle.id(), id);
                 }

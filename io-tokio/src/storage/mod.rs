@@ -12,8 +12,8 @@ mod sqlite;
 
 pub use orbit_core::store::{
     check, check_appends, contract, is_terminal, shared, Append, Consumed, DefinitionRecord,
-    ExecutionRow, Fence, IdempotencyRecord, ListFilter, ListPage, Owner, Purged, QueueOp, Storage,
-    StorageError, StoredExecution, Transaction,
+    ExecutionRow, Fence, IdempotencyRecord, ListFilter, ListPage, MakeTransaction, Owner, Purged,
+    QueueOp, Storage, StorageError, StoredExecution, Transaction,
 };
 pub use postgres::{claim, InDoubt, Outcome, PostgresOptions, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore};

@@ -7,8 +7,8 @@ use super::rows::{
     self, decode, encode, execution_row, to_i64, to_u64, unavailable, EXECUTION_COLUMNS,
 };
 use super::{
-    DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, QueueOp, StoredExecution,
-    Transaction,
+    DefinitionRecord, ExecutionRow, IdempotencyRecord, ListFilter, MakeTransaction, QueueOp,
+    StoredExecution, Transaction,
 };
 use super::{ListPage, Purged};
 use super::{Storage, StorageError};
@@ -207,19 +207,15 @@ fn idempotency_row(r: &SqliteRow) -> Result<IdempotencyRecord, StorageError> {
     rows::idempotency_row::<_, i64>(r)
 }
 
-#[async_trait]
-impl Storage for SqliteStore {
-    async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
-        self.commit_signalling(tx, &|| {}).await
-    }
-
-    async fn commit_signalling(
+impl SqliteStore {
+    /// Writes the commit `encode` makes, under the write lock on the commit
+    /// thread (where it is encoded too: the caller's thread runs the
+    /// engine and the API), calls `written` and waits for its WAL sync.
+    async fn write(
         &self,
-        tx: &Transaction,
+        encode: impl FnOnce() -> Result<Commit, StorageError> + Send + 'static,
         written: &(dyn Fn() + Send + Sync),
     ) -> Result<(), StorageError> {
-        // Encoded before the writer is taken.
-        let commit = Commit::new(tx)?;
         let held = self.writer.lock().await?;
         let sync = Arc::clone(&self.sync);
         // The job keeps the write lock until it has ended, even if this
@@ -227,13 +223,30 @@ impl Storage for SqliteStore {
         let number = self
             .committer
             .run(move |link| {
-                let number = commit.apply(link, &sync);
+                let number = encode().and_then(|commit| commit.apply(link, &sync));
                 drop(held);
                 number
             })
             .await??;
         written();
         self.sync.durable(number).await
+    }
+}
+
+#[async_trait]
+impl Storage for SqliteStore {
+    async fn commit(&self, tx: &Transaction) -> Result<(), StorageError> {
+        // Encoded here: `tx` is borrowed for this call only.
+        let commit = Commit::new(tx)?;
+        self.write(move || Ok(commit), &|| {}).await
+    }
+
+    async fn commit_signalling(
+        &self,
+        make: MakeTransaction,
+        written: &(dyn Fn() + Send + Sync),
+    ) -> Result<(), StorageError> {
+        self.write(move || Commit::new(&make()), written).await
     }
 
     async fn load_definitions(&self) -> Result<Vec<DefinitionRecord>, StorageError> {
@@ -631,13 +644,30 @@ mod tests {
             ..Transaction::default()
         };
         let syncs = store.wal_syncs();
-        store.commit_signalling(&t, &written).await.unwrap();
+        store
+            .commit_signalling(
+                Box::new({
+                    let t = t.clone();
+                    move || t
+                }),
+                &written,
+            )
+            .await
+            .unwrap();
         // Called once, before the commit's own sync, which followed.
         assert_eq!(*seen.lock().unwrap(), vec![syncs]);
         assert_eq!(store.wal_syncs(), syncs + 1);
         // The same append again is stale: refused, never written.
         assert!(matches!(
-            store.commit_signalling(&t, &written).await,
+            store
+                .commit_signalling(
+                    Box::new({
+                        let t = t.clone();
+                        move || t
+                    }),
+                    &written
+                )
+                .await,
             Err(StorageError::Conflict { .. })
         ));
         assert_eq!(seen.lock().unwrap().len(), 1);

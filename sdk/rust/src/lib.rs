@@ -53,7 +53,8 @@ pub use options::{ListOptions, StartOptions};
 pub use retry::{retryable_status, Backoff};
 pub use trace::TraceContext;
 pub use transport::{
-    BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport, TransportError,
+    endpoint, BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport,
+    TransportError,
 };
 pub use wire::{
     ClusterNode, ClusterStatus, Deployed, Execution, ExecutionPage, ExecutionSummary, HistoryPage,

@@ -130,6 +130,9 @@ pub trait Transport: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct ReqwestTransport {
     base: String,
+    /// `base` parsed once: each request's URL is this with its own path and
+    /// query, so no request parses a host again.
+    parsed: reqwest::Url,
     client: reqwest::Client,
     default_timeout: Duration,
 }
@@ -163,6 +166,7 @@ impl ReqwestTransport {
             .map_err(|e| TransportError::Invalid(e.to_string()))?;
         Ok(ReqwestTransport {
             base,
+            parsed,
             client,
             default_timeout: Duration::from_secs(30),
         })
@@ -180,14 +184,14 @@ impl ReqwestTransport {
     }
 
     async fn exchange(&self, request: HttpRequest) -> Result<HttpResponse, TransportError> {
-        let url = format!("{}{}", self.base, request.path);
+        let url = endpoint(&self.parsed, &request.path);
         let method = match request.method {
             Method::Get => reqwest::Method::GET,
             Method::Post => reqwest::Method::POST,
             Method::Delete => reqwest::Method::DELETE,
         };
         let timeout = request.timeout.unwrap_or(self.default_timeout);
-        let mut builder = self.client.request(method, &url).timeout(timeout);
+        let mut builder = self.client.request(method, url).timeout(timeout);
         for (name, value) in &request.headers {
             builder = builder.header(name.as_str(), value.as_str());
         }
@@ -231,6 +235,24 @@ impl ReqwestTransport {
     }
 }
 
+/// The URL of `path` (an absolute path with an optional `?query`, its
+/// segments already escaped) on the server at `base`: `base`'s own path, if
+/// any, then `path`; the same URL as parsing `base` and `path` joined as
+/// text, without parsing the scheme and host again.
+pub fn endpoint(base: &reqwest::Url, path: &str) -> reqwest::Url {
+    let (path, query) = match path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path, None),
+    };
+    let mut url = base.clone();
+    match base.path().trim_end_matches('/') {
+        "" => url.set_path(path),
+        prefix => url.set_path(&format!("{prefix}{path}")),
+    }
+    url.set_query(query);
+    url
+}
+
 /// An error and its sources, joined with `: ` (reqwest hides the useful part
 /// — "connection refused" — in the source chain).
 fn error_chain(error: &dyn std::error::Error) -> String {
@@ -261,5 +283,39 @@ fn root_cause(error: &dyn std::error::Error) -> String {
 impl Transport for ReqwestTransport {
     fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>> {
         Box::pin(self.exchange(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::endpoint;
+
+    #[test]
+    fn an_endpoint_is_the_url_its_text_would_parse_to() {
+        let bases = [
+            "http://127.0.0.1:7373",
+            "http://localhost:7373/",
+            "https://orbit.example.com/prefix",
+            "http://[::1]:7373/deep/prefix/",
+        ];
+        let paths = [
+            "/v1/workers/poll",
+            "/v1/executions?wait_ms=30000",
+            "/v1/executions/a%2Fb%3Fc/wait?timeout_ms=100&x=y",
+            "/v1/definitions/x%20y",
+        ];
+        for base in bases {
+            let parsed = reqwest::Url::parse(base).unwrap();
+            for path in paths {
+                let joined = format!("{}{path}", base.trim_end_matches('/'));
+                assert_eq!(
+                    endpoint(&parsed, path),
+                    reqwest::Url::parse(&joined).unwrap(),
+                    "{base} + {path}"
+                );
+            }
+        }
     }
 }

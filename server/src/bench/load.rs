@@ -14,9 +14,12 @@ use super::report::{Percentiles, Report};
 use super::workload;
 use super::{BenchError, Config};
 use orbit_sdk::{
-    BoxFuture, FailoverTransport, HttpRequest, HttpResponse, ReqwestTransport, Task, Transport,
-    TransportError, Worker, DEFAULT_FAILOVER_WINDOW,
+    endpoint, BoxFuture, FailoverTransport, HttpRequest, HttpResponse, ReqwestTransport, Task,
+    Transport, TransportError, Worker, DEFAULT_FAILOVER_WINDOW,
 };
+use reqwest::Url;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,14 +66,15 @@ impl std::fmt::Display for CallError {
     }
 }
 
-/// An HTTP call answering JSON; a non-2xx answer is an error with its body.
-async fn call(
+/// An HTTP call answering JSON, read as `T`; a non-2xx answer is an error
+/// with its body.
+async fn call<T: DeserializeOwned>(
     http: &reqwest::Client,
     method: reqwest::Method,
-    url: String,
+    url: Url,
     body: Option<&Value>,
-) -> Result<Value, CallError> {
-    let mut request = http.request(method, &url);
+) -> Result<T, CallError> {
+    let mut request = http.request(method, url.clone());
     if let Some(b) = body {
         request = request.json(b);
     }
@@ -81,26 +85,48 @@ async fn call(
     if !status.is_success() {
         return Err(CallError::Answered(format!("{url}: {status} {text}")));
     }
-    if text.is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_str(&text).map_err(|e| CallError::Answered(format!("{url}: bad JSON: {e}")))
+    let text = if text.is_empty() { "null" } else { &text };
+    serde_json::from_str(text).map_err(|e| CallError::Answered(format!("{url}: bad JSON: {e}")))
+}
+
+/// What a start that waits answers, as far as the starters look: the
+/// execution, when the server waited (one that does not know `wait_ms`
+/// answers without it).
+#[derive(Deserialize)]
+struct StartAnswer {
+    execution: Option<Seen>,
+}
+
+/// An execution as `GET` and `/wait` show it, as far as the starters look.
+#[derive(Deserialize)]
+struct Seen {
+    status: String,
+}
+
+/// `items` seen from the `i`-th starter or worker: its own first, then the
+/// others in turn.
+fn rotated<T: Clone>(items: &[T], i: usize) -> Vec<T> {
+    let mut items = items.to_vec();
+    let first = i % items.len().max(1);
+    items.rotate_left(first);
+    items
 }
 
 /// The servers one starter talks to: its own first, then the others in
 /// turn while the current one cannot be reached.
 struct Servers {
-    bases: Vec<String>,
+    /// Parsed once: a request's URL is its server's with the call's path.
+    bases: Vec<Url>,
     current: usize,
 }
 
 impl Servers {
     /// `bases` seen from the `i`-th starter: its own server first.
-    fn nth(bases: &[String], i: usize) -> Servers {
-        let mut bases = bases.to_vec();
-        let first = i % bases.len().max(1);
-        bases.rotate_left(first);
-        Servers { bases, current: 0 }
+    fn nth(bases: &[Url], i: usize) -> Servers {
+        Servers {
+            bases: rotated(bases, i),
+            current: 0,
+        }
     }
 
     /// Calls `path` on the current server; while it cannot be reached, on
@@ -108,17 +134,17 @@ impl Servers {
     /// for up to [`DEFAULT_FAILOVER_WINDOW`] (one server: no second try,
     /// its error is the answer). Every call the bench sends is safe to
     /// repeat (a start names its execution id, a deploy is idempotent).
-    async fn call(
+    async fn call<T: DeserializeOwned>(
         &mut self,
         http: &reqwest::Client,
         method: reqwest::Method,
         path: &str,
         body: Option<&Value>,
-    ) -> Result<Value, CallError> {
+    ) -> Result<T, CallError> {
         let deadline = Instant::now() + DEFAULT_FAILOVER_WINDOW;
         let mut tried = 0;
         loop {
-            let url = format!("{}{path}", self.bases[self.current]);
+            let url = endpoint(&self.bases[self.current], path);
             match call(http, method.clone(), url, body).await {
                 Err(CallError::Unreachable(e))
                     if self.bases.len() > 1 && Instant::now() < deadline =>
@@ -144,7 +170,7 @@ async fn deploy(
 ) -> Result<(), BenchError> {
     let body = json!({"source": workload::source(steps), "filename": "bench.orbit"});
     servers
-        .call(http, reqwest::Method::POST, "/v1/definitions", Some(&body))
+        .call::<IgnoredAny>(http, reqwest::Method::POST, "/v1/definitions", Some(&body))
         .await
         .map(|_| ())
         .map_err(|e| BenchError::Server(e.to_string()))
@@ -157,6 +183,10 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
     if bases.is_empty() {
         return Err(BenchError::Usage("no server to drive".into()));
     }
+    let urls = bases
+        .iter()
+        .map(|b| Url::parse(b).map_err(|e| BenchError::Usage(format!("server URL `{b}`: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(usize::MAX)
         .tcp_nodelay(true)
@@ -165,13 +195,13 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
         .timeout(WAIT_TIMEOUT + Duration::from_secs(5))
         .build()
         .map_err(|e| BenchError::Server(e.to_string()))?;
-    deploy(&http, &mut Servers::nth(bases, 0), config.steps).await?;
+    deploy(&http, &mut Servers::nth(&urls, 0), config.steps).await?;
     let shared = Arc::new(Shared::default());
     let run_id = uuid::Uuid::new_v4().simple().to_string();
 
     let mut workers = Vec::new();
     for i in 0..config.workers {
-        let servers = Servers::nth(bases, i as usize).bases;
+        let servers = rotated(bases, i as usize);
         let worker = worker(config, &servers, &shared, format!("bench-{i}"))?;
         let shared = shared.clone();
         workers.push(tokio::spawn(async move {
@@ -199,7 +229,7 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
     for i in 0..config.concurrency.max(1) {
         let (http, servers, shared, run_id) = (
             http.clone(),
-            Servers::nth(bases, i as usize),
+            Servers::nth(&urls, i as usize),
             shared.clone(),
             run_id.clone(),
         );
@@ -306,10 +336,10 @@ async fn starter(
         // answers at once, without `execution`, and the `/wait` below
         // follows).
         let started = servers
-            .call(&http, reqwest::Method::POST, &START_AND_WAIT, Some(&body))
+            .call::<StartAnswer>(&http, reqwest::Method::POST, &START_AND_WAIT, Some(&body))
             .await;
         let ended = match started {
-            Ok(answer) => terminal(answer.get("execution")),
+            Ok(answer) => answer.execution.and_then(terminal),
             Err(e) => {
                 tracing::warn!(error = %e, "start failed");
                 shared.errors.fetch_add(1, Ordering::SeqCst);
@@ -346,10 +376,13 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 static START_AND_WAIT: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| format!("/v1/executions?wait_ms={}", WAIT_TIMEOUT.as_millis()));
 
-/// The status of `execution` (as `GET` shows it) if it has finished.
-fn terminal(execution: Option<&Value>) -> Option<String> {
-    let status = execution?.get("status")?.as_str()?;
-    matches!(status, "completed" | "failed" | "cancelled").then(|| status.to_owned())
+/// The status of `execution` if it has finished.
+fn terminal(execution: Seen) -> Option<String> {
+    matches!(
+        execution.status.as_str(),
+        "completed" | "failed" | "cancelled"
+    )
+    .then_some(execution.status)
 }
 
 /// Long-polls `/wait` until the execution is terminal; its final status.
@@ -364,9 +397,12 @@ async fn wait_terminal(
     );
     let mut failures = 0;
     loop {
-        match servers.call(http, reqwest::Method::POST, &path, None).await {
-            Ok(v) => {
-                if let Some(status) = terminal(Some(&v)) {
+        match servers
+            .call::<Seen>(http, reqwest::Method::POST, &path, None)
+            .await
+        {
+            Ok(seen) => {
+                if let Some(status) = terminal(seen) {
                     return Ok(status);
                 }
             }
