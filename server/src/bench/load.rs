@@ -10,14 +10,15 @@
 //! be reached, as a client of a cluster should: a member killed mid-run
 //! costs the run its takeover, not the executions started through it.
 
+use super::http::{Base, CallError, Http};
 use super::report::{Percentiles, Report};
 use super::workload;
 use super::{BenchError, Config};
+use hyper::Method;
 use orbit_sdk::{
-    endpoint, BoxFuture, FailoverTransport, HttpRequest, HttpResponse, ReqwestTransport, Task,
-    Transport, TransportError, Worker, DEFAULT_FAILOVER_WINDOW,
+    BoxFuture, FailoverTransport, HttpRequest, HttpResponse, ReqwestTransport, Task, Transport,
+    TransportError, Worker, DEFAULT_FAILOVER_WINDOW,
 };
-use reqwest::Url;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -48,47 +49,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Why a call failed.
-#[derive(Debug)]
-enum CallError {
-    /// No answer: the server could not be reached, or did not answer in
-    /// time (another server of a cluster may).
-    Unreachable(String),
-    /// The server answered with an error (or with something unreadable).
-    Answered(String),
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Unreachable(e) | CallError::Answered(e) => f.write_str(e),
-        }
-    }
-}
-
-/// An HTTP call answering JSON, read as `T`; a non-2xx answer is an error
-/// with its body.
-async fn call<T: DeserializeOwned>(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: Url,
-    body: Option<&Value>,
-) -> Result<T, CallError> {
-    let mut request = http.request(method, url.clone());
-    if let Some(b) = body {
-        request = request.json(b);
-    }
-    let unreachable = |e: reqwest::Error| CallError::Unreachable(format!("{url}: {e}"));
-    let response = request.send().await.map_err(unreachable)?;
-    let status = response.status();
-    let text = response.text().await.map_err(unreachable)?;
-    if !status.is_success() {
-        return Err(CallError::Answered(format!("{url}: {status} {text}")));
-    }
-    let text = if text.is_empty() { "null" } else { &text };
-    serde_json::from_str(text).map_err(|e| CallError::Answered(format!("{url}: bad JSON: {e}")))
-}
-
 /// What a start that waits answers, as far as the starters look: the
 /// execution, when the server waited (one that does not know `wait_ms`
 /// answers without it).
@@ -115,14 +75,14 @@ fn rotated<T: Clone>(items: &[T], i: usize) -> Vec<T> {
 /// The servers one starter talks to: its own first, then the others in
 /// turn while the current one cannot be reached.
 struct Servers {
-    /// Parsed once: a request's URL is its server's with the call's path.
-    bases: Vec<Url>,
+    /// Parsed once: a request's URI is its server's with the call's path.
+    bases: Vec<Base>,
     current: usize,
 }
 
 impl Servers {
     /// `bases` seen from the `i`-th starter: its own server first.
-    fn nth(bases: &[Url], i: usize) -> Servers {
+    fn nth(bases: &[Base], i: usize) -> Servers {
         Servers {
             bases: rotated(bases, i),
             current: 0,
@@ -136,16 +96,16 @@ impl Servers {
     /// repeat (a start names its execution id, a deploy is idempotent).
     async fn call<T: DeserializeOwned>(
         &mut self,
-        http: &reqwest::Client,
-        method: reqwest::Method,
+        http: &Http,
+        method: Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<T, CallError> {
         let deadline = Instant::now() + DEFAULT_FAILOVER_WINDOW;
         let mut tried = 0;
         loop {
-            let url = endpoint(&self.bases[self.current], path);
-            match call(http, method.clone(), url, body).await {
+            let base = &self.bases[self.current];
+            match http.call(method.clone(), base, path, body).await {
                 Err(CallError::Unreachable(e))
                     if self.bases.len() > 1 && Instant::now() < deadline =>
                 {
@@ -163,14 +123,10 @@ impl Servers {
 }
 
 /// Deploys the workload on the first of `servers` that answers.
-async fn deploy(
-    http: &reqwest::Client,
-    servers: &mut Servers,
-    steps: u32,
-) -> Result<(), BenchError> {
+async fn deploy(http: &Http, servers: &mut Servers, steps: u32) -> Result<(), BenchError> {
     let body = json!({"source": workload::source(steps), "filename": "bench.orbit"});
     servers
-        .call::<IgnoredAny>(http, reqwest::Method::POST, "/v1/definitions", Some(&body))
+        .call::<IgnoredAny>(http, Method::POST, "/v1/definitions", Some(&body))
         .await
         .map(|_| ())
         .map_err(|e| BenchError::Server(e.to_string()))
@@ -185,16 +141,11 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
     }
     let urls = bases
         .iter()
-        .map(|b| Url::parse(b).map_err(|e| BenchError::Usage(format!("server URL `{b}`: {e}"))))
+        .map(|b| Base::parse(b).map_err(BenchError::Usage))
         .collect::<Result<Vec<_>, _>>()?;
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(usize::MAX)
-        .tcp_nodelay(true)
-        // A paused server holds its connections: a call with no answer
-        // for longer than the longest wait goes on to another server.
-        .timeout(WAIT_TIMEOUT + Duration::from_secs(5))
-        .build()
-        .map_err(|e| BenchError::Server(e.to_string()))?;
+    // A paused server holds its connections: a call with no answer for
+    // longer than the longest wait goes on to another server.
+    let http = Http::new(WAIT_TIMEOUT + Duration::from_secs(5));
     deploy(&http, &mut Servers::nth(&urls, 0), config.steps).await?;
     let shared = Arc::new(Shared::default());
     let run_id = uuid::Uuid::new_v4().simple().to_string();
@@ -313,7 +264,7 @@ async fn pace(shared: &Shared, rate: Option<f64>) {
 }
 
 async fn starter(
-    http: reqwest::Client,
+    http: Http,
     mut servers: Servers,
     shared: Arc<Shared>,
     run_id: String,
@@ -336,7 +287,7 @@ async fn starter(
         // answers at once, without `execution`, and the `/wait` below
         // follows).
         let started = servers
-            .call::<StartAnswer>(&http, reqwest::Method::POST, &START_AND_WAIT, Some(&body))
+            .call::<StartAnswer>(&http, Method::POST, &START_AND_WAIT, Some(&body))
             .await;
         let ended = match started {
             Ok(answer) => answer.execution.and_then(terminal),
@@ -386,21 +337,14 @@ fn terminal(execution: Seen) -> Option<String> {
 }
 
 /// Long-polls `/wait` until the execution is terminal; its final status.
-async fn wait_terminal(
-    http: &reqwest::Client,
-    servers: &mut Servers,
-    id: &str,
-) -> Result<String, String> {
+async fn wait_terminal(http: &Http, servers: &mut Servers, id: &str) -> Result<String, String> {
     let path = format!(
         "/v1/executions/{id}/wait?timeout_ms={}",
         WAIT_TIMEOUT.as_millis()
     );
     let mut failures = 0;
     loop {
-        match servers
-            .call::<Seen>(http, reqwest::Method::POST, &path, None)
-            .await
-        {
+        match servers.call::<Seen>(http, Method::POST, &path, None).await {
             Ok(seen) => {
                 if let Some(status) = terminal(seen) {
                     return Ok(status);

@@ -7,6 +7,7 @@
 //! instead, to kill them and to read their memory.
 
 pub mod history;
+mod http;
 mod load;
 pub mod process;
 pub mod recovery;
