@@ -53,8 +53,7 @@ pub use options::{ListOptions, StartOptions};
 pub use retry::{retryable_status, Backoff};
 pub use trace::TraceContext;
 pub use transport::{
-    endpoint, BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport,
-    TransportError,
+    BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport, Transport, TransportError,
 };
 pub use wire::{
     ClusterNode, ClusterStatus, Deployed, Execution, ExecutionPage, ExecutionSummary, HistoryPage,

@@ -239,7 +239,7 @@ impl ReqwestTransport {
 /// segments already escaped) on the server at `base`: `base`'s own path, if
 /// any, then `path`; the same URL as parsing `base` and `path` joined as
 /// text, without parsing the scheme and host again.
-pub fn endpoint(base: &reqwest::Url, path: &str) -> reqwest::Url {
+pub(crate) fn endpoint(base: &reqwest::Url, path: &str) -> reqwest::Url {
     let (path, query) = match path.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (path, None),
