@@ -520,6 +520,36 @@ fn beyond_the_cap_idle_executions_leave_at_once() {
     assert_eq!(some, 2);
 }
 
+#[test]
+fn over_the_cap_a_tick_looks_at_a_bounded_number_of_busy_executions() {
+    // 600 executions whose task no worker takes cannot leave memory; the
+    // sleepers started after them can. A tick looks at no more than 256 of
+    // the busy ones, so the sleepers behind them are not reached by the
+    // first tick; the engine asks for the next tick itself, and they leave
+    // within the next three.
+    let busy: Vec<String> = (0..600).map(|n| format!("busy-{n:03}")).collect();
+    let sleepers = ["nap-1", "nap-2", "nap-3"];
+    let scenario = |w: &mut World| {
+        for id in &busy {
+            w.start("Once", id, json!({"n": 1}));
+        }
+        for id in sleepers {
+            w.start("Nap", id, json!({"n": 1}));
+        }
+        w.at(100);
+        let first = (w.engine.evicted(), w.wake.map(|t| t - T0));
+        w.at(400);
+        (first, w.engine.evicted())
+    };
+    let mut kept = world(None);
+    let mut capped = capped(Some(60_000), Some(2));
+    assert_eq!(scenario(&mut kept), ((0, Some(3_600_000)), 0));
+    assert_eq!(scenario(&mut capped), ((0, Some(200)), 3));
+    for id in busy.iter().map(String::as_str).chain(sleepers) {
+        assert_eq!(kept.logs(id), capped.logs(id), "history of {id} differs");
+    }
+}
+
 /// One input of the property below.
 #[derive(Debug, Clone)]
 enum Action {

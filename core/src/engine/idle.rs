@@ -26,8 +26,8 @@ use super::{Engine, TICK_MS};
 use crate::history::{DispatchState, Millis, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// How many busy executions one tick looks at, beyond the excess, when
-/// memory is over its cap.
+/// How many busy executions one tick looks at at most when memory is over
+/// its cap.
 const PRESSURE_LOOK: usize = 256;
 
 /// [`Engine::watch_idle`] on `e` (`exec_id`), active at `now`, evicted
@@ -54,6 +54,9 @@ pub(super) struct Idle {
     pub tokens: BTreeMap<String, String>,
     /// Running child → its evicted parent, which awaits its outcome.
     pub awaited: BTreeMap<String, String>,
+    /// The last tick over the cap stopped at [`PRESSURE_LOOK`] busy
+    /// executions: the next one comes a tick later.
+    pub pressed: bool,
 }
 
 impl Engine {
@@ -106,10 +109,12 @@ impl Engine {
     }
 
     /// Past the cap on executions in memory, evicts idle ones before their
-    /// time, least recently active first. Each tick looks at no more than
-    /// the excess and [`PRESSURE_LOOK`] more: a busy execution looked at is
-    /// looked at again a delay later, so busy ones at the front cannot stall
-    /// the others, and a server full of busy executions pays a bounded cost.
+    /// time, least recently active first. Each tick evicts as many as the
+    /// excess, but looks at no more than [`PRESSURE_LOOK`] busy ones: a busy
+    /// execution looked at is looked at again a delay later, so busy ones at
+    /// the front cannot stall the others, and a server over its cap with
+    /// executions that cannot leave (their tasks wait for workers that are
+    /// down) pays a bounded cost per tick, not one that grows with them.
     fn evict_over_cap(&mut self, after: Millis) {
         let Some(cap) = self.config.max_in_memory else {
             return;
@@ -118,13 +123,12 @@ impl Engine {
         let live = self.executions.len().saturating_sub(self.finished.len());
         let mut excess = live.saturating_sub(cap);
         let again = self.now + after.max(TICK_MS);
-        let mut budget = excess + PRESSURE_LOOK;
+        let mut looks = PRESSURE_LOOK;
         let mut busy = Vec::new();
-        while excess > 0 && budget > 0 {
+        while excess > 0 && looks > 0 {
             let Some((at, id)) = self.idle.checks.pop_first() else {
                 break;
             };
-            budget -= 1;
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
             };
@@ -135,9 +139,13 @@ impl Engine {
                 excess -= 1;
             } else {
                 busy.push((at.max(again), id));
+                looks -= 1;
             }
         }
         self.idle.checks.extend(busy);
+        // Stopped by the bound with memory still over the cap: the next
+        // tick goes on looking.
+        self.idle.pressed = excess > 0 && looks == 0;
     }
 
     /// True when nothing but time or a command can move `exec_id`.
@@ -285,7 +293,8 @@ impl Engine {
             .config
             .idle_evict_ms
             .and_then(|_| self.idle.checks.first().map(|(t, _)| *t));
-        [check, self.idle.dormant.first().map(|(t, _)| *t)]
+        let pressed = self.idle.pressed.then_some(self.now + TICK_MS);
+        [check, self.idle.dormant.first().map(|(t, _)| *t), pressed]
             .into_iter()
             .flatten()
             .min()

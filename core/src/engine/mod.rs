@@ -19,6 +19,7 @@ mod load;
 mod memory;
 mod parts;
 mod planted;
+mod queue;
 mod reads;
 mod recovery;
 mod results;

@@ -5,7 +5,8 @@
 
 use super::batch::{BatchId, DefinitionRecord};
 use super::input::{Request, RequestId};
-use super::state::{ParkedPoll, Queued, Session, TokenRef};
+use super::queue::{Place, TaskQueue};
+use super::state::{ParkedPoll, Session, TokenRef};
 use super::txn::Txn;
 use crate::history::Millis;
 use rustc_hash::FxHashMap;
@@ -49,11 +50,11 @@ pub(super) struct Work {
     /// Tokens handed to a session in a batch still in flight, whose session
     /// ended meanwhile, with the reason their attempt becomes uncertain.
     pub lost_handouts: BTreeMap<String, String>,
-    /// The task queue, oldest first.
-    pub queue: BTreeMap<(Millis, u64), Queued>,
+    /// The task queue, oldest first and by task name.
+    pub queue: TaskQueue,
     /// Execution → unit → its place in the queue (an execution's map
     /// stays, empty or not, until its index entries are removed).
-    pub queued: BTreeMap<String, BTreeMap<String, (Millis, u64)>>,
+    pub queued: BTreeMap<String, BTreeMap<String, Place>>,
     /// Long polls parked until tasks are handed to them or their deadline.
     pub polls: BTreeMap<RequestId, ParkedPoll>,
     /// `wait` calls parked until their execution ends or their deadline.

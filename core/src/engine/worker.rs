@@ -300,23 +300,15 @@ impl Engine {
             return false;
         };
         let worker_id = s.worker_id.clone();
-        let mut picked = Vec::new();
-        for q in self.work.queue.values() {
-            if picked.len() >= max as usize {
-                break;
-            }
-            if !s.takes(&q.task) {
-                continue;
-            }
-            if self
-                .executions
-                .get(&q.execution_id)
-                .is_none_or(|e| e.blocked())
-            {
-                continue;
-            }
-            picked.push(q.clone());
-        }
+        let mut picked = self.work.queue.oldest(
+            max as usize,
+            |task| s.takes(task),
+            |q| {
+                self.executions
+                    .get(&q.execution_id)
+                    .is_some_and(|e| !e.blocked())
+            },
+        );
         // Then what the requests handled with this poll just scheduled,
         // less what polls already waiting will take (see `fresh_for_poll`).
         let room = (max as usize).saturating_sub(picked.len());
