@@ -31,10 +31,16 @@ impl TaskQueue {
 
     pub(super) fn insert(&mut self, place: Place, queued: Queued) {
         self.remove(&place);
-        self.by_task
-            .entry(queued.task.clone())
-            .or_default()
-            .insert(place);
+        // The name is copied only when it is new to the queue.
+        match self.by_task.get_mut(&queued.task) {
+            Some(places) => {
+                places.insert(place);
+            }
+            None => {
+                self.by_task
+                    .insert(queued.task.clone(), BTreeSet::from([place]));
+            }
+        }
         self.by_place.insert(place, queued);
     }
 
