@@ -43,8 +43,18 @@ async fn start(db: &Path, port: u16, session_timeout: &str) -> ServerProcess {
     .await
 }
 
+/// A client whose every request ends within 30 s: a request that never
+/// gets an answer (a connection lost in a restart) fails and is retried or
+/// reported instead of holding the test forever.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
 async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
+    let r = client()
         .post(format!("{base}{path}"))
         .json(&body)
         .send()
@@ -55,7 +65,7 @@ async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
 }
 
 async fn get(base: &str, path: &str) -> (u16, Value) {
-    let r = reqwest::get(format!("{base}{path}")).await.unwrap();
+    let r = client().get(format!("{base}{path}")).send().await.unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }
@@ -307,7 +317,7 @@ workflow Soak version "1.0.0" {
 /// Sends until the server gives an answer that is not a connection error
 /// or a 5xx, as the SDKs do for worker traffic.
 async fn post_until_answered(base: &str, path: &str, body: &Value) -> (u16, Value) {
-    let client = reqwest::Client::new();
+    let client = client();
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Ok(r) = client.post(format!("{base}{path}")).json(body).send().await {

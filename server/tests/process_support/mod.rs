@@ -104,7 +104,12 @@ impl ServerProcess {
     /// or when the process exits first.
     pub async fn wait_for(&mut self, path: &str) {
         let url = format!("{}{path}", self.url);
-        let client = reqwest::Client::new();
+        // Each check ends within 5 s, so a check that never gets an answer
+        // is tried again instead of outliving the deadline.
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if let Ok(r) = client.get(&url).send().await {
