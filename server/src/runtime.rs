@@ -23,6 +23,7 @@ pub fn threads(url: &str, flag: Option<u64>, cores: usize) -> usize {
 pub fn build(url: &str, flag: Option<u64>) -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads(url, flag, cores()))
+        .thread_name("orbit-runtime")
         .enable_all()
         .build()
 }
@@ -41,6 +42,7 @@ pub fn load_threads(cores: usize) -> usize {
 pub fn build_load() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(load_threads(cores()))
+        .thread_name("orbit-bench-load")
         .enable_all()
         .build()
 }
