@@ -121,6 +121,7 @@ pub async fn run(store: &dyn Storage) -> Result<(), Violation> {
     list_is_newest_first_with_cursor(store).await?;
     a_large_group_commit_is_stored_whole(store).await?;
     counts_per_status_follow_the_rows(store).await?;
+    a_conflict_last_undoes_every_append_before_it(store).await?;
     Ok(())
 }
 
@@ -711,6 +712,126 @@ pub async fn counts_per_status_follow_the_rows(store: &dyn Storage) -> Result<()
         C,
         left == tally(store).await?,
         "after purging {purged:?}: counts {left:?} are not the rows'"
+    );
+    Ok(())
+}
+
+/// A transaction whose last append is refused writes none of the appends
+/// before it, whatever they were: a new execution, a row keeping its
+/// status, a row changing it, a takeover by a newer epoch. Rows, histories
+/// and counts stay as they were; the same appends without the refused one
+/// then commit.
+pub async fn a_conflict_last_undoes_every_append_before_it(
+    store: &dyn Storage,
+) -> Result<(), Violation> {
+    const C: &str = "a_conflict_last_undoes_every_append_before_it";
+    let (keeps, changes, taken, stale, new) = (
+        unique("undo-keeps"),
+        unique("undo-changes"),
+        unique("undo-taken"),
+        unique("undo-stale"),
+        unique("undo-new"),
+    );
+    let fence = |node: &str, epoch: u64| {
+        Some(Fence {
+            node_id: node.to_owned(),
+            epoch,
+        })
+    };
+    let mut owned = append(&taken, 0, 1);
+    owned.fence = fence("n1", 1);
+    store
+        .commit(&tx(vec![
+            append(&keeps, 0, 1),
+            append(&changes, 0, 1),
+            owned,
+            append(&stale, 0, 2),
+        ]))
+        .await
+        .map_err(io(C))?;
+    let counts_before = counts_by_status(C, store).await?;
+    let mut completed = append(&changes, 1, 2);
+    completed.projection.status = "completed".to_owned();
+    completed.projection.output = Some(json!({"done": true}));
+    let mut takeover = append(&taken, 1, 2);
+    takeover.fence = fence("n2", 2);
+    let fine = || {
+        vec![
+            append(&new, 0, 1),
+            append(&keeps, 1, 2),
+            completed.clone(),
+            takeover.clone(),
+        ]
+    };
+    let mut refused = fine();
+    refused.push(append(&stale, 1, 3));
+    match store.commit(&tx(refused)).await {
+        Err(StorageError::Conflict {
+            fenced,
+            stale: named,
+        }) => ensure!(
+            C,
+            named == vec![stale.clone()] && fenced.is_empty(),
+            "conflict named stale {named:?}, fenced {fenced:?}"
+        ),
+        other => return Err(fail(C, format!("expected Conflict, got {other:?}"))),
+    }
+    ensure!(
+        C,
+        store.execution(&new).await.map_err(io(C))?.is_none(),
+        "the new execution was written"
+    );
+    for id in [&keeps, &changes, &taken] {
+        let h = store.history(id, 0, 100).await.map_err(io(C))?;
+        ensure!(C, h == events(1, 1), "{id} got events: {h:?}");
+        let row = store.execution(id).await.map_err(io(C))?;
+        ensure!(
+            C,
+            row.as_ref()
+                .is_some_and(|r| r.last_seq == 1 && r.status == "running" && r.output.is_none()),
+            "{id} changed: {row:?}"
+        );
+    }
+    let counts_after = counts_by_status(C, store).await?;
+    ensure!(
+        C,
+        counts_after == counts_before,
+        "counts moved from {counts_before:?} to {counts_after:?}"
+    );
+    store.commit(&tx(fine())).await.map_err(io(C))?;
+    let done = store.execution(&changes).await.map_err(io(C))?;
+    ensure!(
+        C,
+        done.as_ref()
+            .is_some_and(|r| r.status == "completed" && r.last_seq == 2),
+        "the status change was not written: {done:?}"
+    );
+    for id in [&new, &keeps, &taken] {
+        let row = store.execution(id).await.map_err(io(C))?;
+        ensure!(
+            C,
+            row.as_ref()
+                .is_some_and(|r| r.last_seq == if id == &new { 1 } else { 2 }),
+            "{id} after the commit: {row:?}"
+        );
+    }
+    // The old owner is fenced out now.
+    let mut late = append(&taken, 2, 3);
+    late.fence = fence("n1", 1);
+    let r = store.commit(&tx(vec![late])).await;
+    ensure!(
+        C,
+        matches!(&r, Err(StorageError::Conflict { fenced, .. }) if fenced == &vec![taken.clone()]),
+        "the old owner after a takeover: {r:?}"
+    );
+    // One more running (the new execution), one fewer (the completed one).
+    let mut expected = counts_before;
+    *expected.entry("completed".to_owned()).or_default() += 1;
+    let counts_end = counts_by_status(C, store).await?;
+    ensure!(
+        C,
+        counts_end == expected,
+        "counts {counts_end:?}, expected {expected:?}"
     );
     Ok(())
 }

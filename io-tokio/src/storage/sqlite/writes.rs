@@ -1,9 +1,16 @@
 //! What a commit writes, as a job for the commit connection (see
-//! `committer`): in one transaction, the stored rows the conflict rule
-//! judges, then the events and projection rows of the appends, the change
-//! they make to the executions counted per status, definitions,
-//! idempotency records, queue operations and consumed inbox entries, each
-//! row through a statement prepared once, then `COMMIT`.
+//! `committer`): in one transaction, the projection rows of the appends,
+//! their events, the change they make to the executions counted per
+//! status, definitions, idempotency records, queue operations and consumed
+//! inbox entries, each row through a statement prepared once, then
+//! `COMMIT`.
+//!
+//! The conflict rule is judged on the way. In the common case the write of
+//! each projection row is itself the check (an insert that needs a free
+//! id, an update that needs the claimed `last_seq`, owner and status), and
+//! only a row it does not match is read. A commit the rule may refuse is
+//! rolled back and written again the plain way: every row the rule judges
+//! read first, then the verdict, which names each execution concerned.
 //!
 //! Everything is encoded by [`Commit::new`] before the job is sent, so the
 //! writer is held only for SQLite's own work.
@@ -14,7 +21,7 @@ use super::committer::Link;
 use super::sync::WalSync;
 use orbit_core::store::{check_claims, Claim};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, ToSql};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A transaction, encoded and owned, ready for the commit thread.
 pub(super) struct Commit {
@@ -190,15 +197,27 @@ impl Commit {
         let conn = link.conn()?;
         // Nothing has begun if this fails (another program holds the lock).
         conn.execute_batch("BEGIN IMMEDIATE").map_err(unavailable)?;
-        let written = self.write(conn).and_then(|()| {
-            conn.execute_batch("COMMIT").map_err(|e| {
-                if conn.is_autocommit() {
-                    StorageError::Ambiguous(format!("COMMIT failed: {e}"))
-                } else {
-                    failed(e, &self.claims)
+        let written = self
+            .write_matched(conn)
+            .and_then(|matched| {
+                if matched {
+                    return Ok(());
                 }
+                // Nothing of the attempt may stay: the rule is judged
+                // against the rows as they were.
+                conn.execute_batch("ROLLBACK; BEGIN IMMEDIATE")
+                    .map_err(unavailable)?;
+                self.write(conn)
             })
-        });
+            .and_then(|()| {
+                conn.execute_batch("COMMIT").map_err(|e| {
+                    if conn.is_autocommit() {
+                        StorageError::Ambiguous(format!("COMMIT failed: {e}"))
+                    } else {
+                        failed(e, &self.claims)
+                    }
+                })
+            });
         let error = match written {
             Ok(()) => return Ok(sync.written()),
             Err(error @ StorageError::Ambiguous(_)) => return Err(error),
@@ -211,32 +230,46 @@ impl Commit {
         Err(error)
     }
 
+    /// The common case in fewer statements: each projection row is written
+    /// by a statement that matches only a row the rule lets through (a
+    /// new row by its insert, an existing one by an update conditional on
+    /// its `last_seq`, owner and status), so no row is read first. A row
+    /// the update does not match (a status change, a takeover, a conflict)
+    /// is read and judged on its own. Returns `false`, with the
+    /// transaction to be rolled back, when the rule may refuse the commit
+    /// or the commit has a shape this path leaves to [`Commit::write`]
+    /// (consumed inbox entries, two appends for one execution, a gap),
+    /// which then names the executions concerned.
+    fn write_matched(&self, conn: &Connection) -> Result<bool, StorageError> {
+        let fail = |e| failed(e, &self.claims);
+        let mut seen = BTreeSet::new();
+        let plain = self.consumed.is_empty()
+            && self
+                .claims
+                .iter()
+                .all(|c| c.contiguous && seen.insert(c.execution_id.as_str()));
+        if !plain {
+            return Ok(false);
+        }
+        let mut counts = Counts::new();
+        for (claim, p) in self.claims.iter().zip(&self.projections) {
+            if !matched(conn, claim, p, &mut counts).map_err(fail)? {
+                return Ok(false);
+            }
+        }
+        self.write_events(conn).map_err(fail)?;
+        counts.write(conn).map_err(fail)?;
+        self.write_others(conn).map_err(fail)?;
+        Ok(true)
+    }
+
     /// Judges the rule against the stored rows, then writes every row.
     fn write(&self, conn: &Connection) -> Result<(), StorageError> {
         let fail = |e| failed(e, &self.claims);
-        let mut stored: BTreeMap<&str, (u64, String, u64, String)> = BTreeMap::new();
-        {
-            let mut read = conn
-                .prepare_cached(
-                    "SELECT last_seq, owner_node, owner_epoch, status FROM executions \
-                     WHERE id = ?1",
-                )
-                .map_err(fail)?;
-            for claim in &self.claims {
-                let row = read
-                    .query_row([&claim.execution_id], |r| {
-                        Ok((
-                            rows::to_u64(r.get(0)?),
-                            r.get(1)?,
-                            rows::to_u64(r.get(2)?),
-                            r.get(3)?,
-                        ))
-                    })
-                    .optional()
-                    .map_err(fail)?;
-                if let Some(row) = row {
-                    stored.insert(&claim.execution_id, row);
-                }
+        let mut stored: BTreeMap<&str, Stored> = BTreeMap::new();
+        for claim in &self.claims {
+            if let Some(row) = Stored::read(conn, &claim.execution_id).map_err(fail)? {
+                stored.insert(&claim.execution_id, row);
             }
         }
         let mut entries: BTreeMap<i64, String> = BTreeMap::new();
@@ -257,21 +290,11 @@ impl Commit {
         check_claims(
             &self.claims,
             &self.consumed,
-            |id| {
-                stored.get(id).map(|(last_seq, node_id, epoch, _)| Owner {
-                    last_seq: *last_seq,
-                    node_id,
-                    epoch: *epoch,
-                })
-            },
+            |id| stored.get(id).map(Stored::owner),
             |id| entries.get(&id).map(String::as_str),
         )?;
         self.write_events(conn).map_err(fail)?;
-        let statuses = stored
-            .iter()
-            .map(|(id, row)| (*id, row.3.as_str()))
-            .collect();
-        self.write_projections(conn, &statuses).map_err(fail)?;
+        self.write_projections(conn, &stored).map_err(fail)?;
         self.write_others(conn).map_err(fail)
     }
 
@@ -286,66 +309,18 @@ impl Commit {
     }
 
     /// The projection rows and the counts per status. `stored` holds the
-    /// status of each execution that has a row. A row keeping its status
-    /// gets the lean update, which names no indexed column, so SQLite
-    /// leaves every index of the table alone (it picks the indexes to
-    /// rewrite by the columns a statement sets, not by whether their
-    /// values change); a row changing it gets the full update, a new
-    /// execution its whole row. What an execution is (workflow, version,
-    /// parent, input, creation) is written once.
+    /// row of each execution that has one.
     fn write_projections(
         &self,
         conn: &Connection,
-        stored: &BTreeMap<&str, &str>,
+        stored: &BTreeMap<&str, Stored>,
     ) -> rusqlite::Result<()> {
-        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        let mut counts = Counts::new();
         for p in &self.projections {
-            let before = stored.get(p.id.as_str()).copied();
-            if before == Some(p.status.as_str()) {
-                conn.prepare_cached(
-                    "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
-                     owner_epoch = ?5 WHERE id = ?1",
-                )?
-                .execute(params![
-                    p.id,
-                    p.updated_at,
-                    p.last_seq,
-                    p.owner_node,
-                    p.owner_epoch
-                ])?;
-                continue;
-            }
-            *counts.entry(&p.status).or_default() += 1;
-            if let Some(before) = before {
-                *counts.entry(before).or_default() -= 1;
-            }
-            match (&p.new, before) {
-                (Some(new), None) => {
-                    let mut values = p.becomes().to_vec();
-                    values.extend(new.iter().map(|v| v as &dyn ToSql));
-                    conn.prepare_cached(
-                        "INSERT INTO executions (id, status, output, error, updated_at, \
-                         finished_at, last_seq, owner_node, owner_epoch, workflow, version, \
-                         definition_hash, parent, input, created_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-                    )?
-                    .execute(&*values)?;
-                }
-                _ => {
-                    conn.prepare_cached(
-                        "UPDATE executions SET status = ?2, output = ?3, error = ?4, \
-                         updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
-                         owner_epoch = ?9 WHERE id = ?1",
-                    )?
-                    .execute(p.becomes())?;
-                }
-            }
+            let before = stored.get(p.id.as_str()).map(|row| row.status.as_str());
+            write_projection(conn, p, before, &mut counts)?;
         }
-        let mut add = conn.prepare_cached(ADD_TO_COUNT)?;
-        for (status, n) in counts.into_iter().filter(|(_, n)| *n != 0) {
-            add.execute(params![status, n])?;
-        }
-        Ok(())
+        counts.write(conn)
     }
 
     /// Definitions, idempotency records, queue rows, consumed entries.
@@ -384,6 +359,187 @@ impl Commit {
         for c in &self.consumed {
             conn.prepare_cached("DELETE FROM inbox WHERE id = ?1")?
                 .execute([c.id])?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `p` over a row that passed the rule on a matched path: tries
+/// the conditional write, and reads and judges the row only when that
+/// matched nothing. `false` when the rule may refuse `claim` (nothing of
+/// `p` written).
+fn matched(
+    conn: &Connection,
+    claim: &Claim,
+    p: &Projection,
+    counts: &mut Counts,
+) -> rusqlite::Result<bool> {
+    if let Some(new) = &p.new {
+        // A new execution passes the rule exactly when its id is free.
+        return match insert_row(conn, p, new) {
+            Ok(()) => {
+                counts.add(&p.status, 1);
+                Ok(true)
+            }
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation) => Ok(false),
+            Err(e) => Err(e),
+        };
+    }
+    // Matches a row at the claimed `last_seq` that keeps its status and
+    // whose owner is the writer's own (or with no fence, any owner): the
+    // rule lets such a row through, and the count per status stays.
+    let unfenced = claim.fence.is_none();
+    let changed = conn
+        .prepare_cached(
+            "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
+             owner_epoch = ?5 WHERE id = ?1 AND last_seq = ?6 AND status = ?7 \
+             AND (?8 OR (owner_node = ?4 AND owner_epoch = ?5))",
+        )?
+        .execute(params![
+            p.id,
+            p.updated_at,
+            p.last_seq,
+            p.owner_node,
+            p.owner_epoch,
+            to_i64(claim.after_seq),
+            p.status,
+            unfenced
+        ])?;
+    if changed == 1 {
+        return Ok(true);
+    }
+    let Some(stored) = Stored::read(conn, &claim.execution_id)? else {
+        return Ok(false);
+    };
+    let allowed = check_claims(
+        std::slice::from_ref(claim),
+        &[],
+        |_| Some(stored.owner()),
+        |_| None,
+    )
+    .is_ok();
+    if allowed {
+        write_projection(conn, p, Some(&stored.status), counts)?;
+    }
+    Ok(allowed)
+}
+
+/// What the rule and the counts need of an execution's stored row.
+struct Stored {
+    last_seq: u64,
+    owner_node: String,
+    owner_epoch: u64,
+    status: String,
+}
+
+impl Stored {
+    /// Reads the row of execution `id`, if it has one.
+    fn read(conn: &Connection, id: &str) -> rusqlite::Result<Option<Stored>> {
+        conn.prepare_cached(
+            "SELECT last_seq, owner_node, owner_epoch, status FROM executions WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(Stored {
+                last_seq: rows::to_u64(r.get(0)?),
+                owner_node: r.get(1)?,
+                owner_epoch: rows::to_u64(r.get(2)?),
+                status: r.get(3)?,
+            })
+        })
+        .optional()
+    }
+
+    fn owner(&self) -> Owner<'_> {
+        Owner {
+            last_seq: self.last_seq,
+            node_id: &self.owner_node,
+            epoch: self.owner_epoch,
+        }
+    }
+}
+
+/// Writes the projection row `p` over a row whose status was `before`
+/// (`None`: no row) and counts the change of status. A row keeping its
+/// status gets the lean update, which names no indexed column, so SQLite
+/// leaves every index of the table alone (it picks the indexes to rewrite
+/// by the columns a statement sets, not by whether their values change);
+/// a row changing it gets the full update, a new execution its whole row.
+/// What an execution is (workflow, version, parent, input, creation) is
+/// written once.
+fn write_projection(
+    conn: &Connection,
+    p: &Projection,
+    before: Option<&str>,
+    counts: &mut Counts,
+) -> rusqlite::Result<()> {
+    if before == Some(p.status.as_str()) {
+        conn.prepare_cached(
+            "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
+             owner_epoch = ?5 WHERE id = ?1",
+        )?
+        .execute(params![
+            p.id,
+            p.updated_at,
+            p.last_seq,
+            p.owner_node,
+            p.owner_epoch
+        ])?;
+        return Ok(());
+    }
+    counts.add(&p.status, 1);
+    if let Some(before) = before {
+        counts.add(before, -1);
+    }
+    match (&p.new, before) {
+        (Some(new), None) => insert_row(conn, p, new),
+        _ => {
+            conn.prepare_cached(
+                "UPDATE executions SET status = ?2, output = ?3, error = ?4, \
+                 updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
+                 owner_epoch = ?9 WHERE id = ?1",
+            )?
+            .execute(p.becomes())?;
+            Ok(())
+        }
+    }
+}
+
+/// Inserts the whole row of a new execution.
+fn insert_row(conn: &Connection, p: &Projection, new: &[Value; 6]) -> rusqlite::Result<()> {
+    let mut values = p.becomes().to_vec();
+    values.extend(new.iter().map(|v| v as &dyn ToSql));
+    conn.prepare_cached(
+        "INSERT INTO executions (id, status, output, error, updated_at, \
+         finished_at, last_seq, owner_node, owner_epoch, workflow, version, \
+         definition_hash, parent, input, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?
+    .execute(&*values)?;
+    Ok(())
+}
+
+/// How a commit changes the number of executions in each status.
+struct Counts(BTreeMap<String, i64>);
+
+impl Counts {
+    fn new() -> Self {
+        Counts(BTreeMap::new())
+    }
+
+    fn add(&mut self, status: &str, n: i64) {
+        match self.0.get_mut(status) {
+            Some(total) => *total += n,
+            None => {
+                self.0.insert(status.to_owned(), n);
+            }
+        }
+    }
+
+    /// Adds each change to its running total.
+    fn write(&self, conn: &Connection) -> rusqlite::Result<()> {
+        let mut add = conn.prepare_cached(ADD_TO_COUNT)?;
+        for (status, n) in self.0.iter().filter(|(_, n)| **n != 0) {
+            add.execute(params![status, n])?;
         }
         Ok(())
     }
