@@ -92,6 +92,14 @@ pub fn append(id: &str, after_seq: u64, last: u64) -> Append {
     }
 }
 
+/// The fence of a writer: `node` at `epoch`.
+fn fence(node: &str, epoch: u64) -> Option<Fence> {
+    Some(Fence {
+        node_id: node.to_owned(),
+        epoch,
+    })
+}
+
 fn tx(appends: Vec<Append>) -> Transaction {
     Transaction {
         appends,
@@ -297,16 +305,10 @@ pub async fn fenced_epoch_is_a_conflict(store: &dyn Storage) -> Result<(), Viola
     const C: &str = "fenced_epoch_is_a_conflict";
     let a = unique("fence");
     let mut first = append(&a, 0, 1);
-    first.fence = Some(Fence {
-        node_id: "n2".to_owned(),
-        epoch: 2,
-    });
+    first.fence = fence("n2", 2);
     store.commit(&tx(vec![first])).await.map_err(io(C))?;
     let mut stale_writer = append(&a, 1, 2);
-    stale_writer.fence = Some(Fence {
-        node_id: "n1".to_owned(),
-        epoch: 1,
-    });
+    stale_writer.fence = fence("n1", 1);
     match store.commit(&tx(vec![stale_writer])).await {
         Err(StorageError::Conflict { fenced, .. }) => {
             ensure!(C, fenced == vec![a.clone()], "fenced named {fenced:?}");
@@ -314,16 +316,10 @@ pub async fn fenced_epoch_is_a_conflict(store: &dyn Storage) -> Result<(), Viola
         other => return Err(fail(C, format!("expected fenced Conflict, got {other:?}"))),
     }
     let mut owner = append(&a, 1, 2);
-    owner.fence = Some(Fence {
-        node_id: "n2".to_owned(),
-        epoch: 2,
-    });
+    owner.fence = fence("n2", 2);
     store.commit(&tx(vec![owner])).await.map_err(io(C))?;
     let mut takeover = append(&a, 2, 3);
-    takeover.fence = Some(Fence {
-        node_id: "n1".to_owned(),
-        epoch: 3,
-    });
+    takeover.fence = fence("n1", 3);
     store.commit(&tx(vec![takeover])).await.map_err(io(C))?;
     ensure!(
         C,
@@ -392,12 +388,6 @@ pub async fn an_epoch_mismatch_fences_only_that_execution(
     const C: &str = "an_epoch_mismatch_fences_only_that_execution";
     let owned = unique("owned");
     let other = unique("bystander");
-    let fence = |node: &str, epoch: u64| {
-        Some(Fence {
-            node_id: node.to_owned(),
-            epoch,
-        })
-    };
     let mut first = append(&owned, 0, 1);
     first.fence = fence("n1", 4);
     store.commit(&tx(vec![first])).await.map_err(io(C))?;
@@ -732,12 +722,6 @@ pub async fn a_conflict_last_undoes_every_append_before_it(
         unique("undo-stale"),
         unique("undo-new"),
     );
-    let fence = |node: &str, epoch: u64| {
-        Some(Fence {
-            node_id: node.to_owned(),
-            epoch,
-        })
-    };
     let mut owned = append(&taken, 0, 1);
     owned.fence = fence("n1", 1);
     store
