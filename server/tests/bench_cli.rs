@@ -113,3 +113,39 @@ fn a_server_of_the_list_that_cannot_be_reached_is_passed_over() {
     assert_eq!(report["completed"], 30, "{report}");
     assert_eq!(report["errors"], 0, "{report}");
 }
+
+#[test]
+fn a_padded_input_reaches_the_executions_and_the_report() {
+    let server = cli_support::Server::start(&[]);
+    let out = bench(&[
+        "--server",
+        &server.url,
+        "--executions",
+        "6",
+        "--concurrency",
+        "3",
+        "--steps",
+        "2",
+        "--input-bytes",
+        "3000",
+        "--json",
+        "--quiet",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["completed"], 6);
+    assert_eq!(report["input_bytes"], 3000);
+    let listed = cli_support::orbit(&server.url, &["ls", "--limit", "1", "--json"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let id = listed["executions"][0]["execution_id"].as_str().unwrap();
+    let status = cli_support::orbit(&server.url, &["status", id, "--json"]);
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let status: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status["status"], "completed");
+    assert_eq!(status["input"]["n"], 0);
+    let pad = status["input"]["pad"].as_array().unwrap();
+    assert_eq!(pad.len(), 94, "3,000 bytes in items of 32");
+    assert_eq!(serde_json::to_string(pad).unwrap().len(), 94 * 32 + 1);
+}

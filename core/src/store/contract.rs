@@ -47,7 +47,7 @@ pub fn row(id: &str, status: &str, last_seq: u64) -> ExecutionRow {
         definition_hash: "h".to_owned(),
         status: status.to_owned(),
         parent: None,
-        input: json!({"n": 1}),
+        input: json!({"n": 1}).into(),
         output: None,
         error: None,
         created_at: 1_001,
@@ -130,6 +130,7 @@ pub async fn run(store: &dyn Storage) -> Result<(), Violation> {
     a_large_group_commit_is_stored_whole(store).await?;
     counts_per_status_follow_the_rows(store).await?;
     a_conflict_last_undoes_every_append_before_it(store).await?;
+    the_input_survives_later_appends(store).await?;
     Ok(())
 }
 
@@ -843,4 +844,40 @@ pub(crate) async fn statuses_of_the_rows(
         *t.entry(e.row.status).or_default() += 1;
     }
     Ok(t)
+}
+
+/// An execution's input is stored with its first append and read back
+/// unchanged after later ones, a status change among them (stores may
+/// write it only with the new row).
+pub async fn the_input_survives_later_appends(store: &dyn Storage) -> Result<(), Violation> {
+    const C: &str = "the_input_survives_later_appends";
+    let id = unique("input");
+    let input: std::sync::Arc<serde_json::Value> =
+        json!({"n": 7, "items": ["a", "b"], "note": "x".repeat(2_000)}).into();
+    let with_input = |mut a: Append| {
+        a.projection.input = input.clone();
+        a
+    };
+    store
+        .commit(&tx(vec![with_input(append(&id, 0, 2))]))
+        .await
+        .map_err(io(C))?;
+    store
+        .commit(&tx(vec![with_input(append(&id, 2, 4))]))
+        .await
+        .map_err(io(C))?;
+    let mut finish = with_input(append(&id, 4, 5));
+    finish.projection.status = "completed".to_owned();
+    store.commit(&tx(vec![finish])).await.map_err(io(C))?;
+    let stored = store.load_execution(&id).await.map_err(io(C))?;
+    let Some(stored) = stored else {
+        return Err(fail(C, "execution missing"));
+    };
+    ensure!(
+        C,
+        stored.row.input == input && stored.row.status == "completed" && stored.row.last_seq == 5,
+        "row {:?}",
+        stored.row
+    );
+    Ok(())
 }

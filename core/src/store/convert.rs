@@ -73,7 +73,7 @@ pub fn row(s: &Summary) -> ExecutionRow {
         definition_hash: s.definition_hash.to_string(),
         status: s.status.as_str().to_owned(),
         parent: s.parent.clone(),
-        input: (*s.input).clone(),
+        input: s.input.clone(),
         output: s.output.clone(),
         error: s.error.as_ref().and_then(|e| serde_json::to_value(e).ok()),
         created_at: s.created_at,

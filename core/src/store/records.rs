@@ -114,8 +114,10 @@ pub struct ExecutionRow {
     pub status: String,
     /// Parent execution, for a child.
     pub parent: Option<String>,
-    /// The checked input.
-    pub input: serde_json::Value,
+    /// The checked input, shared with the engine's projection: it is
+    /// written only with a new execution's row, and every later append
+    /// carries it without copying it.
+    pub input: std::sync::Arc<serde_json::Value>,
     /// The output, once completed.
     pub output: Option<serde_json::Value>,
     /// The error, once failed.

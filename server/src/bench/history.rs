@@ -172,7 +172,7 @@ fn finished(i: u64, at: u64, hash: &str) -> Append {
             definition_hash: hash.to_owned(),
             status: "completed".to_owned(),
             parent: None,
-            input: json!({"n": n}),
+            input: json!({"n": n}).into(),
             output: Some(json!({"n": n})),
             error: None,
             created_at: at,

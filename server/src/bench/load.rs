@@ -184,9 +184,14 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
             shared.clone(),
             run_id.clone(),
         );
-        let (total, steps, rate) = (config.executions, config.steps, config.rate);
+        let load = Load {
+            total: config.executions,
+            steps: config.steps,
+            rate: config.rate,
+            input: input(config.input_bytes),
+        };
         starters.push(tokio::spawn(async move {
-            starter(http, servers, shared, run_id, total, steps, rate).await
+            starter(http, servers, shared, run_id, load).await
         }));
     }
     for s in starters {
@@ -217,6 +222,7 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
         workers: config.workers,
         worker_concurrency: config.worker_concurrency,
         rate: config.rate,
+        input_bytes: config.input_bytes,
         elapsed_s: (secs * 1000.0).round() / 1000.0,
         steps_per_s: (steps as f64 / secs).round(),
         executions_per_s: (completed as f64 / secs * 10.0).round() / 10.0,
@@ -263,24 +269,46 @@ async fn pace(shared: &Shared, rate: Option<f64>) {
     tokio::time::sleep_until(at.into()).await;
 }
 
+/// What one starter starts.
+struct Load {
+    /// Executions to start in all (shared by the starters).
+    total: u64,
+    steps: u32,
+    rate: Option<f64>,
+    /// Every execution's input.
+    input: Value,
+}
+
+/// The input of every execution: `n` at 0, and when asked for a `pad` of
+/// about `bytes` bytes of JSON, as a list of short strings (an input is
+/// usually many small values, not one long one).
+fn input(bytes: usize) -> Value {
+    if bytes == 0 {
+        return json!({"n": 0});
+    }
+    // Each item is 32 bytes of JSON: 29 characters, quotes and a comma.
+    let pad: Vec<Value> = (0..bytes.div_ceil(32))
+        .map(|i| Value::String(format!("item-{i:08}-{}", "x".repeat(15))))
+        .collect();
+    json!({"n": 0, "pad": pad})
+}
+
 async fn starter(
     http: Http,
     mut servers: Servers,
     shared: Arc<Shared>,
     run_id: String,
-    total: u64,
-    steps: u32,
-    rate: Option<f64>,
+    load: Load,
 ) {
-    let workflow = workload::workflow_name(steps);
+    let workflow = workload::workflow_name(load.steps);
     loop {
         let n = shared.next.fetch_add(1, Ordering::SeqCst);
-        if n >= total {
+        if n >= load.total {
             return;
         }
-        pace(&shared, rate).await;
+        pace(&shared, load.rate).await;
         let id = format!("bench-{run_id}-{n}");
-        let body = json!({"workflow": workflow, "input": {"n": 0}, "execution_id": id});
+        let body = json!({"workflow": workflow, "input": load.input, "execution_id": id});
         let begun = Instant::now();
         // A start that waits: one request for the whole execution when it
         // ends within the wait (a server that does not know `wait_ms`

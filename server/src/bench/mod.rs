@@ -47,6 +47,9 @@ pub struct Config {
     pub poll_wait_ms: u64,
     /// Execution starts per second (`None`: as fast as the loop allows).
     pub rate: Option<f64>,
+    /// Bytes of padding in each execution's input (a `pad` string next to
+    /// `n`; no step reads it).
+    pub input_bytes: usize,
     /// Workers report each result with its own call (the protocol before
     /// results rode on polls), for comparison.
     pub legacy_results: bool,
@@ -66,6 +69,7 @@ impl Default for Config {
             worker_concurrency: 64,
             poll_wait_ms: 1_000,
             rate: None,
+            input_bytes: 0,
             legacy_results: false,
             progress: false,
         }

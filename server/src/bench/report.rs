@@ -66,6 +66,8 @@ pub struct Report {
     pub worker_concurrency: u32,
     /// Starts per second asked for (`None`: as fast as possible).
     pub rate: Option<f64>,
+    /// Bytes of padding in each execution's input (`--input-bytes`).
+    pub input_bytes: usize,
     /// Wall time from the first start to the last completion, in seconds.
     pub elapsed_s: f64,
     /// Task steps completed per second.

@@ -76,6 +76,11 @@ pub struct Args {
     /// Execution starts per second (default: as fast as the concurrency allows).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Chain: a string of this many bytes in each execution's input (a
+    /// `pad` field next to `n`, which no step reads), to see what an input
+    /// of that size costs a step.
+    #[arg(long, default_value_t = 0)]
+    pub input_bytes: usize,
     /// Chain: the workers report each result with its own
     /// `POST /v1/tasks/{token}/result` instead of on their polls (the
     /// protocol before results rode on polls), for comparison.
@@ -232,6 +237,7 @@ fn chain_config(args: Args) -> (Config, driver::Options) {
         worker_concurrency: args.worker_concurrency,
         poll_wait_ms: args.poll_wait_ms,
         rate: args.rate,
+        input_bytes: args.input_bytes,
         legacy_results: args.legacy_results,
         progress: !args.quiet,
     };

@@ -60,6 +60,9 @@ pub(super) struct Columns<'a> {
     hashes: Vec<&'a str>,
     statuses: Vec<&'a str>,
     parents: Vec<Option<&'a str>>,
+    /// A new execution's input; `null` for an existing row, whose input
+    /// the upsert never changes (an append that is not new inserts a row
+    /// only in a transaction the conflict rule then rolls back).
     inputs: Vec<String>,
     outputs: Vec<Option<String>>,
     errors: Vec<Option<String>>,
@@ -119,7 +122,11 @@ impl<'a> Columns<'a> {
             c.hashes.push(p.definition_hash.as_str());
             c.statuses.push(p.status.as_str());
             c.parents.push(p.parent.as_deref());
-            c.inputs.push(encode(&p.input)?);
+            c.inputs.push(if append.after_seq == 0 {
+                encode(&p.input)?
+            } else {
+                "null".to_owned()
+            });
             c.outputs.push(p.output.as_ref().map(encode).transpose()?);
             c.errors.push(p.error.as_ref().map(encode).transpose()?);
             c.created.push(to_i64(p.created_at));
