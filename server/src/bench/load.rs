@@ -176,6 +176,7 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
     } else {
         None
     };
+    let every_input = input(config.input_bytes);
     let mut starters = Vec::new();
     for i in 0..config.concurrency.max(1) {
         let (http, servers, shared, run_id) = (
@@ -188,7 +189,7 @@ pub async fn run(config: &Config, bases: &[String], backend: &str) -> Result<Rep
             total: config.executions,
             steps: config.steps,
             rate: config.rate,
-            input: input(config.input_bytes),
+            input: every_input.clone(),
         };
         starters.push(tokio::spawn(async move {
             starter(http, servers, shared, run_id, load).await

@@ -47,8 +47,8 @@ pub struct Config {
     pub poll_wait_ms: u64,
     /// Execution starts per second (`None`: as fast as the loop allows).
     pub rate: Option<f64>,
-    /// Bytes of padding in each execution's input (a `pad` string next to
-    /// `n`; no step reads it).
+    /// About this many bytes of JSON padding in each execution's input (a
+    /// `pad` list of short strings next to `n`; no step reads it).
     pub input_bytes: usize,
     /// Workers report each result with its own call (the protocol before
     /// results rode on polls), for comparison.

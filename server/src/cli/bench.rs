@@ -76,9 +76,9 @@ pub struct Args {
     /// Execution starts per second (default: as fast as the concurrency allows).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Chain: a string of this many bytes in each execution's input (a
-    /// `pad` field next to `n`, which no step reads), to see what an input
-    /// of that size costs a step.
+    /// Chain: about this many bytes of JSON in each execution's input (a
+    /// `pad` list of short strings next to `n`, which no step reads), to
+    /// see what an input of that size costs.
     #[arg(long, default_value_t = 0)]
     pub input_bytes: usize,
     /// Chain: the workers report each result with its own
