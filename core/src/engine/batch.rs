@@ -55,6 +55,11 @@ pub struct ExecutionAppend {
     /// exactly this; otherwise the whole batch is a `Conflict` naming this
     /// execution as stale.
     pub expected_last_seq: u64,
+    /// The execution's status at `expected_last_seq` (`None` for a new
+    /// execution). Storage may use it to write a change of status in one
+    /// statement; the conflict rule never depends on it.
+    #[serde(default)]
+    pub expected_status: Option<Status>,
     /// The writer's epoch (cluster shared mode); storage refuses the batch
     /// (`Conflict`, `fenced:`) when the execution's owner epoch differs.
     pub epoch: Option<u64>,

@@ -31,6 +31,9 @@ pub(crate) struct Draft {
     pub sent: Arc<[Event]>,
     /// Last committed seq.
     pub base_seq: u64,
+    /// The committed projection's status at `base_seq` (`None` for a new
+    /// execution).
+    pub base_status: Option<Status>,
     /// Pinned definition.
     pub def: Arc<DefinitionRecord>,
     /// The decider's last word on this draft, when it had nothing more to
@@ -170,6 +173,7 @@ impl Engine {
                 events: Vec::new(),
                 sent: Arc::default(),
                 base_seq: e.proj.last_seq,
+                base_status: Some(e.proj.status),
                 def: e.def.clone(),
                 settled: None,
             }),
@@ -186,6 +190,7 @@ impl Engine {
                 events: Vec::new(),
                 sent: Arc::default(),
                 base_seq: 0,
+                base_status: None,
                 def,
                 settled: None,
             }),
@@ -395,6 +400,7 @@ impl Engine {
             executions.push(ExecutionAppend {
                 execution_id: exec_id.clone(),
                 expected_last_seq: d.base_seq,
+                expected_status: d.base_status,
                 epoch,
                 events: d.sent.clone(),
                 summary: summary(&d.proj),

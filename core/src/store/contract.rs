@@ -81,11 +81,13 @@ pub fn events(first: u64, last: u64) -> Vec<Event> {
         .collect()
 }
 
-/// An append of events `after_seq+1..=last` with a `running` projection.
+/// An append of events `after_seq+1..=last` with a `running` projection,
+/// from a writer that believes the row `running` (when there is one).
 pub fn append(id: &str, after_seq: u64, last: u64) -> Append {
     Append {
         execution_id: id.to_owned(),
         after_seq,
+        after_status: (after_seq > 0).then(|| "running".to_owned()),
         fence: None,
         events: events(after_seq + 1, last).into(),
         projection: row(id, "running", last),
@@ -131,6 +133,7 @@ pub async fn run(store: &dyn Storage) -> Result<(), Violation> {
     counts_per_status_follow_the_rows(store).await?;
     a_conflict_last_undoes_every_append_before_it(store).await?;
     the_input_survives_later_appends(store).await?;
+    a_status_change_does_not_depend_on_the_writers_belief(store).await?;
     Ok(())
 }
 
@@ -878,6 +881,105 @@ pub async fn the_input_survives_later_appends(store: &dyn Storage) -> Result<(),
         stored.row.input == input && stored.row.status == "completed" && stored.row.last_seq == 5,
         "row {:?}",
         stored.row
+    );
+    Ok(())
+}
+
+/// An append's `after_status` is a hint: a status change is written and
+/// counted the same whether the writer's belief about the stored status
+/// was right, wrong or absent, a row keeping its status too; and a stale or
+/// fenced-out writer is refused even when its belief is right.
+pub async fn a_status_change_does_not_depend_on_the_writers_belief(
+    store: &dyn Storage,
+) -> Result<(), Violation> {
+    const C: &str = "a_status_change_does_not_depend_on_the_writers_belief";
+    let finishing = |id: &str, status: &str, belief: Option<&str>| {
+        let mut a = append(id, 2, 3);
+        a.projection.status = status.to_owned();
+        a.after_status = belief.map(str::to_owned);
+        a
+    };
+    let ids: Vec<String> = ["right", "wrong", "none", "keeps", "stale", "fenced"]
+        .iter()
+        .map(|belief| unique(&format!("belief-{belief}")))
+        .collect();
+    let [right, wrong, none, keeps, stale, fenced] = &ids[..] else {
+        unreachable!()
+    };
+    let mut created: Vec<Append> = ids.iter().map(|id| append(id, 0, 2)).collect();
+    created[5].fence = fence("n2", 2);
+    store.commit(&tx(created)).await.map_err(io(C))?;
+    let before = counts_by_status(C, store).await?;
+    store
+        .commit(&tx(vec![
+            finishing(right, "completed", Some("running")),
+            finishing(wrong, "failed", Some("pending")),
+            finishing(none, "completed", None),
+            finishing(keeps, "running", Some("compensating")),
+        ]))
+        .await
+        .map_err(io(C))?;
+    let mut stale_writer = finishing(stale, "completed", Some("running"));
+    stale_writer.after_seq = 1;
+    stale_writer.events = events(2, 3).into();
+    let refused = store.commit(&tx(vec![stale_writer])).await;
+    ensure!(
+        C,
+        matches!(&refused, Err(StorageError::Conflict { stale, .. }) if !stale.is_empty()),
+        "a stale writer with the right belief was not refused: {refused:?}"
+    );
+    let mut ahead_writer = finishing(stale, "completed", Some("running"));
+    ahead_writer.after_seq = 3;
+    ahead_writer.events = events(4, 4).into();
+    let refused = store.commit(&tx(vec![ahead_writer])).await;
+    ensure!(
+        C,
+        matches!(&refused, Err(StorageError::Conflict { stale, .. }) if !stale.is_empty()),
+        "a writer claiming events the store does not hold was not refused: {refused:?}"
+    );
+    let mut fenced_writer = finishing(fenced, "completed", Some("running"));
+    fenced_writer.fence = fence("n1", 1);
+    let refused = store.commit(&tx(vec![fenced_writer])).await;
+    ensure!(
+        C,
+        matches!(&refused, Err(StorageError::Conflict { fenced, .. }) if !fenced.is_empty()),
+        "a fenced-out writer with the right belief was not refused: {refused:?}"
+    );
+    let expected_rows = [
+        (right, "completed", 3),
+        (wrong, "failed", 3),
+        (none, "completed", 3),
+        (keeps, "running", 3),
+        (stale, "running", 2),
+        (fenced, "running", 2),
+    ];
+    for (id, status, last_seq) in expected_rows {
+        let row = store.execution(id).await.map_err(io(C))?;
+        ensure!(
+            C,
+            row.as_ref()
+                .is_some_and(|r| r.status == status && r.last_seq == last_seq),
+            "{id}: expected {status} at {last_seq}, got {row:?}"
+        );
+    }
+    let mut expected = before;
+    *expected.entry("running".to_owned()).or_default() -= 3;
+    *expected.entry("completed".to_owned()).or_default() += 2;
+    *expected.entry("failed".to_owned()).or_default() += 1;
+    expected.retain(|_, n| *n > 0);
+    let mut after = counts_by_status(C, store).await?;
+    after.retain(|_, n| *n > 0);
+    ensure!(
+        C,
+        after == expected,
+        "counts {after:?}, expected {expected:?}"
+    );
+    let mut rows = statuses_of_the_rows(C, store).await?;
+    rows.retain(|_, n| *n > 0);
+    ensure!(
+        C,
+        after == rows,
+        "counts {after:?} are not the rows' {rows:?}"
     );
     Ok(())
 }

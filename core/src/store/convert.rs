@@ -16,6 +16,7 @@ pub fn transaction(batch: &Batch, node: &str) -> Transaction {
             .map(|a| Append {
                 execution_id: a.execution_id.clone(),
                 after_seq: a.expected_last_seq,
+                after_status: a.expected_status.map(|s| s.as_str().to_owned()),
                 fence: a.epoch.map(|epoch| Fence {
                     node_id: node.to_owned(),
                     epoch,

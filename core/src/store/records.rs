@@ -91,6 +91,12 @@ pub struct Append {
     /// The last `seq` the writer believes committed (0 for a new execution);
     /// `events` continue from `after_seq + 1`.
     pub after_seq: u64,
+    /// The status the writer believes the execution has at `after_seq`
+    /// (`None` for a new execution, or when it does not say). A hint: a
+    /// store may write a change of status in one statement with it, but
+    /// the conflict rule never depends on it, and a wrong hint only costs
+    /// the store a read.
+    pub after_status: Option<String>,
     /// Ownership check; `None` on a single node.
     pub fence: Option<Fence>,
     /// The new events, contiguous (shared with the engine's batch).

@@ -164,6 +164,7 @@ fn finished(i: u64, at: u64, hash: &str) -> Append {
     Append {
         execution_id: id.clone(),
         after_seq: 0,
+        after_status: None,
         fence: None,
         projection: ExecutionRow {
             id,

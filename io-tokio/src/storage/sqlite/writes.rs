@@ -7,7 +7,8 @@
 //!
 //! The conflict rule is judged on the way. In the common case the write of
 //! each projection row is itself the check (an insert that needs a free
-//! id, an update that needs the claimed `last_seq`, owner and status), and
+//! id, an update that needs the claimed `last_seq`, owner and the status
+//! the writer believes the row has), and
 //! only a row it does not match is read. A commit the rule may refuse is
 //! rolled back and written again the plain way: every row the rule judges
 //! read first, then the verdict, which names each execution concerned.
@@ -46,6 +47,9 @@ type Value = rusqlite::types::Value;
 struct Projection {
     id: String,
     status: String,
+    /// The status the writer believes the row has (the append's
+    /// `after_status`).
+    before: Option<String>,
     /// What is written only with a new row: workflow, version, hash,
     /// parent, input, created at.
     new: Option<[Value; 6]>,
@@ -115,6 +119,7 @@ impl Commit {
             projections.push(Projection {
                 id: a.execution_id.clone(),
                 status: p.status.clone(),
+                before: a.after_status.clone(),
                 new,
                 output: p.output.as_ref().map(encode).transpose()?,
                 error: p.error.as_ref().map(encode).transpose()?,
@@ -234,8 +239,8 @@ impl Commit {
     /// by a statement that matches only a row the rule lets through (a
     /// new row by its insert, an existing one by an update conditional on
     /// its `last_seq`, owner and status), so no row is read first. A row
-    /// the update does not match (a status change, a takeover, a conflict)
-    /// is read and judged on its own. Returns `false`, with the
+    /// the update does not match (a status the writer did not know, a
+    /// takeover, a conflict) is read and judged on its own. Returns `false`, with the
     /// transaction to be rolled back, when the rule may refuse the commit
     /// or the commit has a shape this path leaves to [`Commit::write`]
     /// (consumed inbox entries, two appends for one execution, a gap),
@@ -385,12 +390,16 @@ fn matched(
             Err(e) => Err(e),
         };
     }
-    // Matches a row at the claimed `last_seq` that keeps its status and
-    // whose owner is the writer's own (or with no fence, any owner): the
-    // rule lets such a row through, and the count per status stays.
+    // Matches a row at the claimed `last_seq`, in the status the writer
+    // believes it has, whose owner is the writer's own (or with no fence,
+    // any owner): the rule lets such a row through. A row that keeps its
+    // status gets the lean update; one that changes it, the full update
+    // and the move between the counts. Without a belief, only a row
+    // that keeps its status is tried.
     let unfenced = claim.fence.is_none();
-    let changed = conn
-        .prepare_cached(
+    let before = p.before.as_deref().unwrap_or(&p.status);
+    let changed = if before == p.status {
+        conn.prepare_cached(
             "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
              owner_epoch = ?5 WHERE id = ?1 AND last_seq = ?6 AND status = ?7 \
              AND (?8 OR (owner_node = ?4 AND owner_epoch = ?5))",
@@ -404,7 +413,25 @@ fn matched(
             to_i64(claim.after_seq),
             p.status,
             unfenced
-        ])?;
+        ])?
+    } else {
+        let mut values = p.becomes().to_vec();
+        let after_seq = to_i64(claim.after_seq);
+        values.extend([&after_seq as &dyn ToSql, &before, &unfenced]);
+        let changed = conn
+            .prepare_cached(
+                "UPDATE executions SET status = ?2, output = ?3, error = ?4, \
+                 updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
+                 owner_epoch = ?9 WHERE id = ?1 AND last_seq = ?10 AND status = ?11 \
+                 AND (?12 OR (owner_node = ?8 AND owner_epoch = ?9))",
+            )?
+            .execute(&*values)?;
+        if changed == 1 {
+            counts.add(before, -1);
+            counts.add(&p.status, 1);
+        }
+        changed
+    };
     if changed == 1 {
         return Ok(true);
     }
