@@ -30,6 +30,7 @@ use axum::Router;
 use orbit_io_tokio::driver::Driver;
 use std::sync::Arc;
 use std::time::Duration;
+use tower::ServiceBuilder;
 
 /// Default `--max-body`: 4 MiB.
 pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
@@ -92,7 +93,7 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         clock: state.driver.clock(),
     };
     let document = openapi::serve(options.auth.is_some());
-    let router = Router::new()
+    let routes = Router::new()
         .route(
             "/v1/definitions",
             post(definitions::deploy).get(definitions::list),
@@ -127,22 +128,24 @@ pub fn app_with(state: AppState, options: Options) -> Router {
         .merge(crate::ui::routes())
         .fallback(error::not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(max_body))
-        .layer(from_fn_with_state(guard, idempotency::middleware));
-    // Added last, so it runs first: the idempotency scope needs the caller.
-    let router = match options.auth {
-        Some(config) => router.layer(from_fn_with_state(
-            auth::Auth::new(config, max_body),
-            auth::middleware,
-        )),
-        None => router,
-    };
+        .with_state(state);
+    // The middleware wraps the router once, outermost first: the body's
+    // deadline, the caller (the idempotency scope needs it), idempotency,
+    // the body limit. Given to `Router::layer` instead, each layer would
+    // wrap every route and be boxed and cloned again on every request.
     let body_timeout = options.body_timeout;
-    router
-        .layer(from_fn(move |request, next| {
-            limits::body_deadline(body_timeout, request, next)
-        }))
-        .with_state(state)
+    let api =
+        ServiceBuilder::new()
+            .layer(from_fn(move |request, next| {
+                limits::body_deadline(body_timeout, request, next)
+            }))
+            .option_layer(options.auth.map(|config| {
+                from_fn_with_state(auth::Auth::new(config, max_body), auth::middleware)
+            }))
+            .layer(from_fn_with_state(guard, idempotency::middleware))
+            .layer(DefaultBodyLimit::max(max_body))
+            .service(routes);
+    Router::new().fallback_service(api)
 }
 
 async fn method_not_allowed() -> ApiError {
