@@ -240,11 +240,11 @@ impl Commit {
     /// new row by its insert, an existing one by an update conditional on
     /// its `last_seq`, owner and status), so no row is read first. A row
     /// the update does not match (a status the writer did not know, a
-    /// takeover, a conflict) is read and judged on its own. Returns `false`, with the
-    /// transaction to be rolled back, when the rule may refuse the commit
-    /// or the commit has a shape this path leaves to [`Commit::write`]
-    /// (consumed inbox entries, two appends for one execution, a gap),
-    /// which then names the executions concerned.
+    /// takeover, a conflict) is read and judged on its own. Returns
+    /// `false`, with the transaction to be rolled back, when the rule may
+    /// refuse the commit or the commit has a shape this path leaves to
+    /// [`Commit::write`] (consumed inbox entries, two appends for one
+    /// execution, a gap), which then names the executions concerned.
     fn write_matched(&self, conn: &Connection) -> Result<bool, StorageError> {
         let fail = |e| failed(e, &self.claims);
         let mut seen = BTreeSet::new();
