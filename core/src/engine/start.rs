@@ -8,7 +8,7 @@ use super::idempotency::Gate;
 use super::input::{Request, RequestId, Start};
 use super::txn::Txn;
 use super::Engine;
-use crate::eval::check_value;
+use crate::eval::{check_value, conforms};
 use crate::history::EventKind;
 use crate::trace::TraceParent;
 use serde_json::json;
@@ -241,7 +241,7 @@ impl Engine {
             && !self.loads.known.foreign.contains_key(exec_id)
             && self
                 .lookup_workflow(&start.workflow, start.version.as_deref())
-                .is_some_and(|def| check_value(&def.workflow.input, &start.input).is_ok())
+                .is_some_and(|def| conforms(&def.workflow.input, &start.input))
     }
 }
 

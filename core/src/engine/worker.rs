@@ -78,26 +78,34 @@ impl Engine {
             }
             return;
         };
-        if let Some(old) = t.session.take() {
-            if old != session_id {
+        // A poll lists every token its worker holds, so most calls find
+        // the token attached to this session and confirmed already: those
+        // copy no string.
+        if t.session.as_deref() != Some(session_id) {
+            if let Some(old) = t.session.replace(session_id.to_string()) {
                 if let Some(s) = self.work.sessions.get_mut(&old) {
                     s.tokens.remove(token);
                 }
             }
         }
-        t.session = Some(session_id.to_string());
+        let at = t.dispatched_at;
         if confirmed {
             t.confirmed = true;
-            self.work
-                .unconfirmed
-                .remove(&(t.dispatched_at, token.to_string()));
+            // Looked up under the empty string, which allocates nothing.
+            let waiting = (self.work.unconfirmed)
+                .range((at, String::new())..)
+                .take_while(|(a, _)| *a == at)
+                .any(|(_, t)| t == token);
+            if waiting {
+                self.work.unconfirmed.remove(&(at, token.to_string()));
+            }
         } else if !t.confirmed {
-            self.work
-                .unconfirmed
-                .insert((t.dispatched_at, token.to_string()));
+            self.work.unconfirmed.insert((at, token.to_string()));
         }
         if let Some(s) = self.work.sessions.get_mut(session_id) {
-            s.tokens.insert(token.to_string());
+            if !s.tokens.contains(token) {
+                s.tokens.insert(token.to_string());
+            }
         }
     }
 

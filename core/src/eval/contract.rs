@@ -92,6 +92,28 @@ pub fn check_value(ty: &Type, value: &Value) -> Result<Value, Violation> {
     check(ty, value, &mut path)
 }
 
+/// True when [`check_value`] would accept `value`, found without building
+/// the normalized copy or a violation.
+pub fn conforms(ty: &Type, value: &Value) -> bool {
+    match (ty, value) {
+        (Type::Json, _)
+        | (Type::Optional(_) | Type::Null, Value::Null)
+        | (Type::String, Value::String(_))
+        | (Type::Bool, Value::Bool(_)) => true,
+        (Type::Optional(inner), v) => conforms(inner, v),
+        (Type::Int | Type::Duration, v @ Value::Number(_)) => integer_of(v).is_some(),
+        (Type::Float, Value::Number(n)) => n.as_f64().and_then(Number::from_f64).is_some(),
+        (Type::List(inner), Value::Array(items)) => items.iter().all(|i| conforms(inner, i)),
+        (Type::Record(fields), Value::Object(map)) => {
+            fields.iter().all(|(name, field_ty)| match map.get(name) {
+                None => matches!(field_ty, Type::Optional(_) | Type::Null | Type::Json),
+                Some(v) => conforms(field_ty, v),
+            })
+        }
+        _ => false,
+    }
+}
+
 /// [`check_value`] with the violation's path starting at `root`
 /// (`check_value_at("input", ..)` reports `input.items[2].qty`).
 pub fn check_value_at(root: &str, ty: &Type, value: &Value) -> Result<Value, Violation> {
@@ -134,7 +156,13 @@ fn check(ty: &Type, value: &Value, path: &mut String) -> Result<Value, Violation
             Ok(Value::Array(out))
         }
         (Type::Record(fields), Value::Object(map)) => {
-            let mut out: Map<String, Value> = map.clone();
+            // Extra fields are kept as they are; declared ones are checked
+            // below (copying the whole map first would copy those twice).
+            let mut out: Map<String, Value> = map
+                .iter()
+                .filter(|(name, _)| !fields.contains_key(*name))
+                .map(|(name, v)| (name.clone(), v.clone()))
+                .collect();
             for (name, field_ty) in fields {
                 let len = path.len();
                 if !path.is_empty() {

@@ -20,7 +20,7 @@ mod operators;
 mod value;
 
 pub use canonical::{canonical_json, format_float};
-pub use contract::{check_value, check_value_at, Violation, ViolationKind};
+pub use contract::{check_value, check_value_at, conforms, Violation, ViolationKind};
 pub use error::{EvalError, EXPRESSION_ERROR};
 pub use value::{type_name, value_name, values_equal};
 

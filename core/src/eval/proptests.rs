@@ -1,5 +1,6 @@
 //! Property tests: canonical text is independent of key order, checking a
-//! value against its contract is idempotent, and evaluation never panics,
+//! value against its contract is idempotent (and `conforms` agrees with
+//! it), and evaluation never panics,
 //! whatever (even ill-typed) expression and values it is given.
 
 #![allow(clippy::unwrap_used)]
@@ -259,6 +260,11 @@ proptest! {
         let back: Value = serde_json::from_str(&text).unwrap();
         prop_assert!(values_equal(&back, &v));
         prop_assert!(!text.contains(": ") && !text.contains(", "));
+    }
+
+    #[test]
+    fn conforms_agrees_with_check_value(ty in arb_type(), v in arb_json()) {
+        prop_assert_eq!(conforms(&ty, &v), check_value(&ty, &v).is_ok());
     }
 
     #[test]

@@ -280,8 +280,24 @@ impl Driver {
     /// Sends `request` to the engine and waits for its reply. If this future
     /// is dropped first (the client went away), the engine is told.
     pub async fn call(&self, request: Request) -> Response {
-        let mut responses = self.send(vec![request], false).await;
-        responses.pop().unwrap_or_else(shutting_down)
+        let (id, watch) = self.enter(&request);
+        let (reply, rx) = oneshot::channel();
+        if (self.shared.commands)
+            .send(Command::Request { id, request, reply })
+            .is_err()
+        {
+            return self.stopped();
+        }
+        let mut guard = self.guard(id);
+        let response = rx.await;
+        guard.armed = false;
+        match response {
+            Ok(response) => {
+                self.observe(watch, &response);
+                response
+            }
+            Err(_) => self.stopped(),
+        }
     }
 
     /// Sends `requests` to the engine to be handled as one, in order (what
@@ -290,44 +306,25 @@ impl Driver {
     /// response per request, in order. A worker's results and its next poll
     /// go this way.
     pub async fn call_together(&self, requests: Vec<Request>) -> Vec<Response> {
-        self.send(requests, true).await
+        self.send(requests).await
     }
 
-    async fn send(&self, requests: Vec<Request>, together: bool) -> Vec<Response> {
+    async fn send(&self, requests: Vec<Request>) -> Vec<Response> {
         let count = requests.len();
         let mut sessions = Vec::with_capacity(count);
         let mut sent = Vec::with_capacity(count);
         let mut replies = Vec::with_capacity(count);
         for request in requests {
-            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+            let (id, watch) = self.enter(&request);
             let (tx, rx) = oneshot::channel();
-            let watch = watch(&request);
-            if let Watch::Session(id) = &watch {
-                self.shared.metrics.session_seen(id, self.now());
-            }
             sessions.push(watch);
             sent.push((id, request, tx));
             replies.push((id, rx));
         }
-        let command = if together {
-            Command::Requests(sent)
-        } else {
-            let Some((id, request, reply)) = sent.pop() else {
-                return Vec::new();
-            };
-            Command::Request { id, request, reply }
-        };
-        if self.shared.commands.send(command).is_err() {
+        if self.shared.commands.send(Command::Requests(sent)).is_err() {
             return (0..count).map(|_| self.stopped()).collect();
         }
-        let mut guards: Vec<AbandonGuard> = replies
-            .iter()
-            .map(|(id, _)| AbandonGuard {
-                id: *id,
-                commands: self.shared.commands.clone(),
-                armed: true,
-            })
-            .collect();
+        let mut guards: Vec<AbandonGuard> = replies.iter().map(|(id, _)| self.guard(*id)).collect();
         let mut responses = Vec::with_capacity(count);
         for (((_, rx), guard), session) in replies.into_iter().zip(&mut guards).zip(sessions) {
             let response = rx.await;
@@ -340,6 +337,26 @@ impl Driver {
             responses.push(response);
         }
         responses
+    }
+
+    /// A new request's id, and what its reply will say of a worker session
+    /// (a session's call counts as seen at once).
+    fn enter(&self, request: &Request) -> (RequestId, Watch) {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let watch = watch(request);
+        if let Watch::Session(session) = &watch {
+            self.shared.metrics.session_seen(session, self.now());
+        }
+        (id, watch)
+    }
+
+    /// Tells the engine request `id` was abandoned if dropped armed.
+    fn guard(&self, id: RequestId) -> AbandonGuard {
+        AbandonGuard {
+            id,
+            commands: self.shared.commands.clone(),
+            armed: true,
+        }
     }
 
     /// Notes in the metrics what a reply says of a worker session.

@@ -697,19 +697,82 @@ impl Serialize for TaskResult {
 }
 
 impl<'de> Deserialize<'de> for TaskResult {
+    /// Read field by field: the output goes straight into its value, with
+    /// no map of the whole result built first.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(TaskResultVisitor)
+    }
+}
+
+struct TaskResultVisitor;
+
+/// A key of a [`TaskResult`], read without copying it.
+enum ResultKey {
+    Token,
+    Output,
+    Error,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for ResultKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = ResultKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<ResultKey, E> {
+                Ok(match key {
+                    "token" => ResultKey::Token,
+                    "output" => ResultKey::Output,
+                    "error" => ResultKey::Error,
+                    other => ResultKey::Other(other.to_owned()),
+                })
+            }
+        }
+        d.deserialize_identifier(KeyVisitor)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TaskResultVisitor {
+    type Value = TaskResult;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a result: its `token` and exactly one of `output` and `error`")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TaskResult, A::Error> {
         use serde::de::Error;
-        let mut map = Map::<String, Value>::deserialize(d)?;
-        let token = match map.remove("token") {
-            Some(Value::String(t)) => t,
-            Some(_) => return Err(D::Error::custom("`token` must be a string")),
-            None => return Err(D::Error::custom("a result needs its `token`")),
-        };
-        let outcome = serde_json::from_value::<Outcome>(Value::Object(map)).map_err(|e| {
-            D::Error::custom(format!(
-                "a result has its `token` and exactly one of `output` and `error`: {e}"
+        let malformed = |why: &dyn std::fmt::Display| {
+            A::Error::custom(format!(
+                "a result has its `token` and exactly one of `output` and `error`: {why}"
             ))
-        })?;
+        };
+        // A key given twice keeps its last value, as a JSON object read
+        // into a map would.
+        let (mut token, mut output, mut error) = (None, None, None);
+        while let Some(key) = map.next_key::<ResultKey>()? {
+            match key {
+                ResultKey::Token => token = Some(map.next_value::<Value>()?),
+                ResultKey::Output => output = Some(map.next_value::<Value>()?),
+                ResultKey::Error => {
+                    error = Some(map.next_value::<TaskError>().map_err(|e| malformed(&e))?)
+                }
+                ResultKey::Other(key) => return Err(malformed(&format!("unknown field `{key}`"))),
+            }
+        }
+        let token = match token {
+            Some(Value::String(t)) => t,
+            Some(_) => return Err(A::Error::custom("`token` must be a string")),
+            None => return Err(A::Error::custom("a result needs its `token`")),
+        };
+        let outcome = match (output, error) {
+            (Some(output), None) => Outcome::Output(output),
+            (None, Some(error)) => Outcome::Error(error),
+            (Some(_), Some(_)) => return Err(malformed(&"both were given")),
+            (None, None) => return Err(malformed(&"neither was given")),
+        };
         Ok(TaskResult { token, outcome })
     }
 }

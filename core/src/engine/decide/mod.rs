@@ -330,7 +330,12 @@ pub(crate) fn eval_in(
     steps: &BTreeMap<String, serde_json::Value>,
     vars: &BTreeMap<String, serde_json::Value>,
 ) -> Result<serde_json::Value, String> {
-    let execution = execution_value(p);
+    // Most expressions never read `execution`: build it only for those.
+    let execution = if outcome::reads_execution(expr) {
+        execution_value(p)
+    } else {
+        serde_json::Value::Null
+    };
     let scope = Scope {
         input: &p.input,
         execution: &execution,

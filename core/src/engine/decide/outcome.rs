@@ -96,45 +96,59 @@ pub fn step_outputs(
     out
 }
 
-/// The steps `expr` reads (`ExprKind::Step`), each once: the only entries
-/// of a scope's step outputs its evaluation looks up.
-pub(crate) fn steps_read(expr: &Expr) -> Vec<String> {
-    fn walk(expr: &Expr, out: &mut Vec<String>) {
-        match &expr.kind {
-            ExprKind::Step { name } => {
-                if !out.contains(name) {
-                    out.push(name.clone());
-                }
+/// Calls `f` on `expr` and on every expression inside it.
+fn visit(expr: &Expr, f: &mut impl FnMut(&ExprKind)) {
+    f(&expr.kind);
+    match &expr.kind {
+        ExprKind::Literal { .. }
+        | ExprKind::Input
+        | ExprKind::Execution
+        | ExprKind::Step { .. }
+        | ExprKind::Var { .. } => {}
+        ExprKind::Member { base, .. } => visit(base, f),
+        ExprKind::Index { base, index } => {
+            visit(base, f);
+            visit(index, f);
+        }
+        ExprKind::Unary { operand, .. } => visit(operand, f),
+        ExprKind::Binary { left, right, .. } => {
+            visit(left, f);
+            visit(right, f);
+        }
+        ExprKind::Call { args: items, .. } | ExprKind::List { items } => {
+            for e in items {
+                visit(e, f);
             }
-            ExprKind::Literal { .. }
-            | ExprKind::Input
-            | ExprKind::Execution
-            | ExprKind::Var { .. } => {}
-            ExprKind::Member { base, .. } => walk(base, out),
-            ExprKind::Index { base, index } => {
-                walk(base, out);
-                walk(index, out);
-            }
-            ExprKind::Unary { operand, .. } => walk(operand, out),
-            ExprKind::Binary { left, right, .. } => {
-                walk(left, out);
-                walk(right, out);
-            }
-            ExprKind::Call { args: items, .. } | ExprKind::List { items } => {
-                for e in items {
-                    walk(e, out);
-                }
-            }
-            ExprKind::Record { fields } => {
-                for (_, e) in fields {
-                    walk(e, out);
-                }
+        }
+        ExprKind::Record { fields } => {
+            for (_, e) in fields {
+                visit(e, f);
             }
         }
     }
-    let mut out = Vec::new();
-    walk(expr, &mut out);
+}
+
+/// The steps `expr` reads (`ExprKind::Step`), each once: the only entries
+/// of a scope's step outputs its evaluation looks up.
+pub(crate) fn steps_read(expr: &Expr) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    visit(expr, &mut |kind| {
+        if let ExprKind::Step { name } = kind {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
+        }
+    });
     out
+}
+
+/// True when `expr` reads `execution`.
+pub(crate) fn reads_execution(expr: &Expr) -> bool {
+    let mut reads = false;
+    visit(expr, &mut |kind| {
+        reads |= matches!(kind, ExprKind::Execution)
+    });
+    reads
 }
 
 /// The value of `execution` in expressions.
