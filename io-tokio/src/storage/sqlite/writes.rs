@@ -80,6 +80,25 @@ impl Projection {
     }
 }
 
+/// The lean update of a row keeping its status: `?1` the id, `?2` to `?5`
+/// the time, last event and owner. Conditions may follow.
+macro_rules! lean_update {
+    () => {
+        "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
+         owner_epoch = ?5 WHERE id = ?1"
+    };
+}
+
+/// The full update, `?1` to `?9` as [`Projection::becomes`] binds them.
+/// Conditions may follow.
+macro_rules! full_update {
+    () => {
+        "UPDATE executions SET status = ?2, output = ?3, error = ?4, \
+         updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
+         owner_epoch = ?9 WHERE id = ?1"
+    };
+}
+
 /// What becomes of one queue row.
 enum QueueRow {
     Removed(String, String),
@@ -399,11 +418,11 @@ fn matched(
     let unfenced = claim.fence.is_none();
     let before = p.before.as_deref().unwrap_or(&p.status);
     let changed = if before == p.status {
-        conn.prepare_cached(
-            "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
-             owner_epoch = ?5 WHERE id = ?1 AND last_seq = ?6 AND status = ?7 \
-             AND (?8 OR (owner_node = ?4 AND owner_epoch = ?5))",
-        )?
+        conn.prepare_cached(concat!(
+            lean_update!(),
+            " AND last_seq = ?6 AND status = ?7 \
+             AND (?8 OR (owner_node = ?4 AND owner_epoch = ?5))"
+        ))?
         .execute(params![
             p.id,
             p.updated_at,
@@ -419,12 +438,11 @@ fn matched(
         let after_seq = to_i64(claim.after_seq);
         values.extend([&after_seq as &dyn ToSql, &before, &unfenced]);
         let changed = conn
-            .prepare_cached(
-                "UPDATE executions SET status = ?2, output = ?3, error = ?4, \
-                 updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
-                 owner_epoch = ?9 WHERE id = ?1 AND last_seq = ?10 AND status = ?11 \
-                 AND (?12 OR (owner_node = ?8 AND owner_epoch = ?9))",
-            )?
+            .prepare_cached(concat!(
+                full_update!(),
+                " AND last_seq = ?10 AND status = ?11 \
+                 AND (?12 OR (owner_node = ?8 AND owner_epoch = ?9))"
+            ))?
             .execute(&*values)?;
         if changed == 1 {
             counts.add(before, -1);
@@ -500,11 +518,7 @@ fn write_projection(
     counts: &mut Counts,
 ) -> rusqlite::Result<()> {
     if before == Some(p.status.as_str()) {
-        conn.prepare_cached(
-            "UPDATE executions SET updated_at = ?2, last_seq = ?3, owner_node = ?4, \
-             owner_epoch = ?5 WHERE id = ?1",
-        )?
-        .execute(params![
+        conn.prepare_cached(lean_update!())?.execute(params![
             p.id,
             p.updated_at,
             p.last_seq,
@@ -520,12 +534,7 @@ fn write_projection(
     match (&p.new, before) {
         (Some(new), None) => insert_row(conn, p, new),
         _ => {
-            conn.prepare_cached(
-                "UPDATE executions SET status = ?2, output = ?3, error = ?4, \
-                 updated_at = ?5, finished_at = ?6, last_seq = ?7, owner_node = ?8, \
-                 owner_epoch = ?9 WHERE id = ?1",
-            )?
-            .execute(p.becomes())?;
+            conn.prepare_cached(full_update!())?.execute(p.becomes())?;
             Ok(())
         }
     }
