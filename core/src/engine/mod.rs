@@ -306,7 +306,7 @@ impl Engine {
             } => self.deploy(id, definitions, idempotency),
             Request::ListDefinitions => self.list_definitions(id),
             Request::GetDefinition { name, version } => self.get_definition(id, &name, &version),
-            Request::Start(start) => self.start(id, start),
+            request @ Request::Start(_) => self.start(id, request),
             Request::GetExecution { execution_id } => self.get_execution(id, &execution_id),
             Request::ListExecutions(filter) => self.list_executions(id, filter),
             Request::History {

@@ -63,8 +63,13 @@ impl Engine {
         }
     }
 
-    pub(super) fn start(&mut self, id: RequestId, start: Start) {
-        let request = Request::Start(start.clone());
+    /// A `Request::Start`. The request is kept whole, its fields read in
+    /// place: the paths that park it, and an unread create (which may run
+    /// again), keep the request itself rather than a copy of its input.
+    pub(super) fn start(&mut self, id: RequestId, request: Request) {
+        let Request::Start(start) = &request else {
+            return self.reply(id, Response::error(500, "INTERNAL", "not a start"));
+        };
         if let Some(exec_id) = &start.execution_id {
             if !valid_execution_id(exec_id) {
                 return self.reply(
@@ -77,7 +82,8 @@ impl Engine {
                 );
             }
             if self.executions.get(exec_id).is_some_and(|e| e.blocked()) {
-                return self.park_behind(exec_id, id, request);
+                let exec_id = exec_id.clone();
+                return self.park_behind(&exec_id, id, request);
             }
             // Given up (dropped, fenced) while a batch of it was in flight,
             // a create say: this start waits for that batch, or a second
@@ -100,7 +106,7 @@ impl Engine {
         // (an unknown workflow, a bad input) depends on whether the id
         // exists, and a keyed start needs its key's record: those read
         // first.
-        let unread = self.creates_unread(&start);
+        let unread = self.creates_unread(start);
         if !unread
             && self.load_first(
                 id,
