@@ -232,7 +232,11 @@ impl Engine {
             self.out.push(Effect::WakeAt(wake.unwrap_or_default()));
         }
         self.last_wake = wake;
-        std::mem::take(&mut self.out)
+        // The next call's effects start in a vector as large as this
+        // call's: grown from empty on every call, it was reallocated and
+        // copied several times per call.
+        let room = self.out.len();
+        std::mem::replace(&mut self.out, Vec::with_capacity(room))
     }
 
     fn apply(&mut self, input: Input) {
