@@ -12,6 +12,7 @@ use super::input::{Request, RequestId};
 use super::state::Exec;
 use super::Engine;
 use crate::history::{ErrorInfo, Event, EventKind, Projection, Status};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -228,9 +229,13 @@ impl Engine {
         exec_id: &str,
         mut first: Option<decide::Decision>,
     ) {
-        let mut todo: VecDeque<String> = VecDeque::from([exec_id.to_string()]);
+        // Children started or cancelled here are settled after `exec_id`
+        // (most settles have none: nothing is allocated for them).
+        let mut todo: VecDeque<String> = VecDeque::new();
+        let mut next = Some(Cow::Borrowed(exec_id));
         let mut rounds = 0;
-        while let Some(id) = todo.pop_front() {
+        while let Some(id) = next.take().or_else(|| todo.pop_front().map(Cow::Owned)) {
+            let id: &str = &id;
             loop {
                 rounds += 1;
                 if rounds > ROUNDS_MAX {
@@ -239,7 +244,7 @@ impl Engine {
                 let decision = if let Some(decision) = first.take() {
                     decision
                 } else {
-                    let Some(d) = txn.drafts.get(&id) else { break };
+                    let Some(d) = txn.drafts.get(id) else { break };
                     let drafts = &txn.drafts;
                     let execs = &self.executions;
                     let children = |cid: &str| {
@@ -259,7 +264,7 @@ impl Engine {
                     && decision.start_children.is_empty()
                     && decision.cancel_children.is_empty()
                 {
-                    if let Some(d) = txn.drafts.get_mut(&id) {
+                    if let Some(d) = txn.drafts.get_mut(id) {
                         // Without children the answer reads nothing but the
                         // projection, the definition and the time.
                         d.settled = d.proj.index.children.is_empty().then_some(Settled {
@@ -271,10 +276,14 @@ impl Engine {
                 }
                 let mut progressed = !decision.events.is_empty();
                 for kind in decision.events {
-                    self.push(txn, &id, kind);
+                    self.push(txn, id, kind);
                 }
                 // Children join their parent's trace.
-                let traceparent = txn.drafts.get(&id).and_then(|d| d.proj.traceparent.clone());
+                let traceparent = if decision.start_children.is_empty() {
+                    None
+                } else {
+                    txn.drafts.get(id).and_then(|d| d.proj.traceparent.clone())
+                };
                 for start in decision.start_children {
                     if self.executions.contains_key(&start.child_id)
                         || txn.drafts.contains_key(&start.child_id)
@@ -288,7 +297,7 @@ impl Engine {
                         // waiting forever.
                         self.push(
                             txn,
-                            &id,
+                            id,
                             EventKind::ChildFailed {
                                 step: start.unit,
                                 child_id: start.child_id,
@@ -314,7 +323,7 @@ impl Engine {
                             version: def.workflow.version.clone(),
                             definition_hash: def.definition_hash.clone(),
                             input: start.input,
-                            parent: Some(id.clone()),
+                            parent: Some(id.to_owned()),
                             traceparent: traceparent.clone(),
                         },
                     );
@@ -324,7 +333,7 @@ impl Engine {
                 for child in decision.cancel_children {
                     if !self.draft(txn, &child) {
                         // Busy child: try again shortly.
-                        self.retry_soon(&id);
+                        self.retry_soon(id);
                         continue;
                     }
                     let requested = txn
