@@ -92,7 +92,9 @@ impl Engine {
         if confirmed {
             t.confirmed = true;
             // Looked up under the empty string, which allocates nothing.
-            let waiting = (self.work.unconfirmed)
+            let waiting = self
+                .work
+                .unconfirmed
                 .range((at, String::new())..)
                 .take_while(|(a, _)| *a == at)
                 .any(|(_, t)| t == token);

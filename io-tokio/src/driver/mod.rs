@@ -282,10 +282,8 @@ impl Driver {
     pub async fn call(&self, request: Request) -> Response {
         let (id, watch) = self.enter(&request);
         let (reply, rx) = oneshot::channel();
-        if (self.shared.commands)
-            .send(Command::Request { id, request, reply })
-            .is_err()
-        {
+        let command = Command::Request { id, request, reply };
+        if self.shared.commands.send(command).is_err() {
             return self.stopped();
         }
         let mut guard = self.guard(id);

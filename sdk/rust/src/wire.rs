@@ -706,33 +706,14 @@ impl<'de> Deserialize<'de> for TaskResult {
 
 struct TaskResultVisitor;
 
-/// A key of a [`TaskResult`], read without copying it.
+/// A key of a [`TaskResult`], read without copying it (any other key is
+/// refused as an unknown field).
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
 enum ResultKey {
     Token,
     Output,
     Error,
-    Other(String),
-}
-
-impl<'de> Deserialize<'de> for ResultKey {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl serde::de::Visitor<'_> for KeyVisitor {
-            type Value = ResultKey;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<ResultKey, E> {
-                Ok(match key {
-                    "token" => ResultKey::Token,
-                    "output" => ResultKey::Output,
-                    "error" => ResultKey::Error,
-                    other => ResultKey::Other(other.to_owned()),
-                })
-            }
-        }
-        d.deserialize_identifier(KeyVisitor)
-    }
 }
 
 impl<'de> serde::de::Visitor<'de> for TaskResultVisitor {
@@ -759,7 +740,6 @@ impl<'de> serde::de::Visitor<'de> for TaskResultVisitor {
                 ResultKey::Error => {
                     error = Some(map.next_value::<TaskError>().map_err(|e| malformed(&e))?)
                 }
-                ResultKey::Other(key) => return Err(malformed(&format!("unknown field `{key}`"))),
             }
         }
         let token = match token {
