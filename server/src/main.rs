@@ -15,9 +15,13 @@ use std::process::ExitCode;
 
 // glibc's allocator spent about a third of the server's CPU time in
 // malloc/free under load (docs/src/benchmarks.md); mimalloc's thread-local
-// free lists cut that to a few per cent.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// free lists cut that to a few per cent. It is linked in with its
+// `override` feature, as the process's `malloc`: Rust's default allocator
+// calls `malloc` for every alignment `malloc` guarantees (mimalloc's own
+// `GlobalAlloc` called its aligned entry points for every block, a slower
+// path, and for blocks over 1 KiB an over-allocating one), and SQLite's
+// own allocations come from mimalloc too.
+use mimalloc as _;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
