@@ -53,8 +53,9 @@ pub(super) struct Work {
     /// The task queue, oldest first and by task name.
     pub queue: TaskQueue,
     /// Execution → unit → its place in the queue (an execution's map
-    /// stays, empty or not, until its index entries are removed).
-    pub queued: BTreeMap<String, BTreeMap<String, Place>>,
+    /// stays, empty or not, until its index entries are removed). Hashed
+    /// with a fixed hasher: only ever looked up by execution, never walked.
+    pub queued: FxHashMap<String, BTreeMap<String, Place>>,
     /// Long polls parked until tasks are handed to them or their deadline.
     pub polls: BTreeMap<RequestId, ParkedPoll>,
     /// `wait` calls parked until their execution ends or their deadline.

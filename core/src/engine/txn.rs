@@ -388,7 +388,7 @@ impl Engine {
         self.hand_off(&mut txn);
         self.writes.next += 1;
         let id = self.writes.next;
-        let mut executions = Vec::new();
+        let mut executions = Vec::with_capacity(txn.drafts.len());
         let mut queue = Vec::new();
         let mut epochs = Vec::new();
         self.consume_replied(&mut txn);

@@ -332,8 +332,8 @@ impl Engine {
             return false;
         }
         let mut txn = Txn::default();
-        let mut tasks = Vec::new();
-        let mut proofs = Vec::new();
+        let mut tasks = Vec::with_capacity(picked.len());
+        let mut proofs = Vec::with_capacity(picked.len());
         for q in picked {
             if !self.draft(&mut txn, &q.execution_id) {
                 continue;
