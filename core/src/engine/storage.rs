@@ -552,7 +552,9 @@ impl Engine {
 
     /// Updates the indexes (tokens, task queue) after committed events.
     pub(super) fn index(&mut self, exec_id: &str, events: &[Event]) {
-        let mut units: BTreeSet<&str> = BTreeSet::new();
+        // A commit touches a unit or two of an execution: a vector, sorted
+        // and deduplicated below, costs less than a set.
+        let mut units: Vec<&str> = Vec::new();
         for ev in events {
             match &ev.kind {
                 EventKind::StepDispatched {
@@ -572,18 +574,22 @@ impl Engine {
                             dispatched_at: ev.at,
                         },
                     );
-                    units.insert(step);
+                    units.push(step);
                 }
                 EventKind::StepScheduled { step, .. }
                 | EventKind::StepSucceeded { step, .. }
                 | EventKind::StepFailed { step, .. }
                 | EventKind::StepAttemptFailed { step, .. }
                 | EventKind::StepAttemptUncertain { step, .. } => {
-                    units.insert(step);
+                    units.push(step);
                 }
                 _ => {}
             }
         }
+        // By name: units queued at the same instant take their queue
+        // places in that order, as they did from a set.
+        units.sort_unstable();
+        units.dedup();
         // One look-up of the execution for all its units.
         let e = self.executions.get(exec_id);
         for unit in units {

@@ -251,11 +251,13 @@ pub fn task_event(
             ))
         }
     };
-    let default_key = format!("{}/{}", p.execution_id, unit);
+    // `{execution id}/{unit}`, put together without the formatting
+    // machinery (this is on every step's path).
+    let default_key = || [&p.execution_id[..], "/", unit].concat();
     let key = match &call.idempotency_key {
-        None => default_key,
+        None => default_key(),
         Some(expr) => match eval_in(expr, p, steps, vars) {
-            Ok(Value::Null) => default_key,
+            Ok(Value::Null) => default_key(),
             Ok(Value::String(s)) => s,
             Ok(other) => return failed(format!("idempotency_key is not a String: {other}")),
             Err(e) => return failed(e),
