@@ -99,6 +99,17 @@ macro_rules! full_update {
     };
 }
 
+/// Events written by one statement of [`INSERT_EVENTS`] (five parameters
+/// each, far below SQLite's limit of 32,766).
+const EVENTS_PER_INSERT: usize = 16;
+
+/// `INSERT INTO events ... VALUES (?, ?, ?, ?, ?), ...` with
+/// [`EVENTS_PER_INSERT`] rows.
+static INSERT_EVENTS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let rows = vec!["(?, ?, ?, ?, ?)"; EVENTS_PER_INSERT].join(", ");
+    format!("INSERT INTO events (execution_id, seq, at, type, body) VALUES {rows}")
+});
+
 /// What becomes of one queue row.
 enum QueueRow {
     Removed(String, String),
@@ -322,12 +333,28 @@ impl Commit {
         self.write_others(conn).map_err(fail)
     }
 
+    /// The events, [`EVENTS_PER_INSERT`] rows per statement and the rest
+    /// one by one: each statement opens its cursors and checks its
+    /// transaction once, so most events skip that work.
     fn write_events(&self, conn: &Connection) -> rusqlite::Result<()> {
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO events (execution_id, seq, at, type, body) VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for (id, seq, at, ty, body) in &self.events {
-            insert.execute(params![id, seq, at, ty, body])?;
+        let mut chunks = self.events.chunks_exact(EVENTS_PER_INSERT);
+        if chunks.len() > 0 {
+            let mut insert = conn.prepare_cached(&INSERT_EVENTS)?;
+            for chunk in chunks.by_ref() {
+                let values = chunk
+                    .iter()
+                    .flat_map(|(id, seq, at, ty, body)| [id as &dyn ToSql, seq, at, ty, body]);
+                insert.execute(rusqlite::params_from_iter(values))?;
+            }
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO events (execution_id, seq, at, type, body) VALUES (?, ?, ?, ?, ?)",
+            )?;
+            for (id, seq, at, ty, body) in rest {
+                insert.execute(params![id, seq, at, ty, body])?;
+            }
         }
         Ok(())
     }
