@@ -4,7 +4,7 @@ use super::error::ApiError;
 use super::extract::{Json, OptionalJson, Path, Query};
 use super::idempotency::Scope;
 use super::reads;
-use super::reply::respond;
+use super::reply::{self, respond};
 use super::AppState;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -96,13 +96,11 @@ pub async fn start(
     };
     Ok(
         match wait_for(&state, id.clone(), wait_ms.min(WAIT_TIMEOUT_MS_MAX)).await? {
-            Seen::Engine(r) if r.status == 200 => {
-                (status, axum::Json(answer(Seen::Engine(r)))).into_response()
-            }
+            Seen::Engine(r) if r.status == 200 => reply::json(status, &answer(Seen::Engine(r))),
             // Not found by the wait (shared mode: gone from this member
             // between the start and the wait): its own answer.
             Seen::Engine(r) => respond(r),
-            seen @ Seen::Stored(_) => (status, axum::Json(answer(seen))).into_response(),
+            seen @ Seen::Stored(_) => reply::json(status, &answer(seen)),
         },
     )
 }
@@ -141,7 +139,7 @@ pub async fn get_one(
     // From the store, outside the engine loop: finished executions are not
     // in the engine's memory, and reads never queue behind commands.
     match reads::execution(state.driver.store().as_ref(), &id).await? {
-        Some((_, view)) => Ok((StatusCode::OK, axum::Json(view)).into_response()),
+        Some((_, view)) => Ok(reply::json(StatusCode::OK, &view)),
         None => Err(reads::unknown(&id)),
     }
 }
@@ -377,7 +375,7 @@ impl IntoResponse for Seen {
     fn into_response(self) -> Response {
         match self {
             Seen::Engine(r) => respond(r),
-            Seen::Stored(view) => (StatusCode::OK, axum::Json(view)).into_response(),
+            Seen::Stored(view) => reply::json(StatusCode::OK, &view),
         }
     }
 }
