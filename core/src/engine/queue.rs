@@ -25,8 +25,15 @@ pub(super) struct TaskQueue {
 }
 
 impl TaskQueue {
+    #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.by_place.is_empty()
+    }
+
+    /// True when `ready` accepts some queued unit (oldest first, stopping
+    /// at the first).
+    pub(super) fn any(&self, ready: impl Fn(&Queued) -> bool) -> bool {
+        self.by_place.values().any(ready)
     }
 
     pub(super) fn insert(&mut self, place: Place, queued: Queued) {
@@ -150,6 +157,7 @@ mod tests {
                 walk(&reference, max, takes, ready)
             );
             prop_assert_eq!(queue.is_empty(), reference.is_empty());
+            prop_assert_eq!(queue.any(ready), reference.values().any(ready));
             let indexed: usize = queue.by_task.values().map(BTreeSet::len).sum();
             prop_assert_eq!(indexed, reference.len());
         }

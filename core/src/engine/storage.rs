@@ -385,14 +385,17 @@ impl Engine {
         if txn.enqueues {
             self.tasks_enqueued();
         }
-        let mut touched = Vec::new();
+        let drafts = txn.drafts.len();
+        let mut touched = Vec::with_capacity(drafts);
         // What the decider last said about each touched draft.
-        let mut settled = Vec::new();
+        let mut settled = Vec::with_capacity(drafts);
         // Finished children whose parent just recorded their outcome.
         let mut recorded = Vec::new();
         // The touched executions that ended (nothing below changes a
         // committed status or takes an execution out of memory).
-        let mut ended = Vec::new();
+        let mut ended = Vec::with_capacity(drafts);
+        // A `Committed` per draft and a `Reply` per reply.
+        self.out.reserve(drafts + txn.replies.len());
         for (exec_id, d) in txn.drafts {
             if d.sent.is_empty() {
                 continue;

@@ -456,12 +456,16 @@ impl Engine {
         if self.is_shared() {
             return self.claim_if_enqueued();
         }
-        if self.work.queue.is_empty() || self.work.polls.is_empty() {
+        if self.work.polls.is_empty() || !self.any_ready() {
             return;
         }
         let parked: Vec<RequestId> = self.work.polls.keys().copied().collect();
         for id in parked {
-            if self.work.queue.is_empty() {
+            // A unit handed out stays queued, its execution busy, until
+            // its dispatch commits: under load most of the queue is such
+            // units, and without this look each parked poll would walk
+            // past all of them to find nothing.
+            if !self.any_ready() {
                 return;
             }
             let Some(p) = self.work.polls.get(&id) else {
@@ -476,6 +480,16 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// True when some queued unit can be handed out now (its execution
+    /// is in memory and not waiting for a batch of its own).
+    fn any_ready(&self) -> bool {
+        self.work.queue.any(|q| {
+            self.executions
+                .get(&q.execution_id)
+                .is_some_and(|e| !e.blocked())
+        })
     }
 
     /// Answers parked polls whose wait ended with no task.

@@ -234,6 +234,8 @@ impl Node {
     }
 
     fn route(&mut self, effects: Vec<Effect>) {
+        // Most effects become one output each (replies above all).
+        self.out.reserve(effects.len());
         for effect in effects {
             match effect {
                 Effect::Append(batch) => self.pending.push_back(batch),
