@@ -110,3 +110,26 @@ async fn in_memory_database_is_refused() {
     let r = SqliteStore::open(&SqliteOptions::new("sqlite::memory:")).await;
     assert!(matches!(r, Err(StorageError::Unavailable(_))));
 }
+
+/// SQLite is built as `.cargo/config.toml` asks (`LIBSQLITE3_FLAGS`):
+/// without the shared page cache and the memory statistics, each of which
+/// takes a process-wide lock on every page or allocation. A build that
+/// lost the setting would still work, only slower; this says so.
+#[test]
+fn sqlite_is_built_without_process_wide_locks() {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    let mut stmt = conn.prepare("PRAGMA compile_options").unwrap();
+    let options: Vec<String> = stmt
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+        "{options:?}"
+    );
+    assert!(
+        options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+        "{options:?}"
+    );
+}
