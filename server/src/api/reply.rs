@@ -66,7 +66,8 @@ const ANSWER_CAPACITY: usize = 1024;
 pub fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
     let mut buf = Vec::with_capacity(ANSWER_CAPACITY);
     if let Err(e) = serde_json::to_writer(&mut buf, value) {
-        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+        return super::error::ApiError::internal(format!("serializing an answer: {e}"))
+            .into_response();
     }
     let mut response = Response::new(axum::body::Body::from(buf));
     *response.status_mut() = status;
