@@ -4,7 +4,7 @@
 
 use super::effect::{Response, Task};
 use super::input::RequestId;
-use super::state::{ParkedPoll, Session};
+use super::state::{ParkedPoll, Queued, Session};
 use super::txn::Txn;
 use super::{Bug, Engine};
 use crate::history::{DispatchState, EventKind, Projection, UnitState};
@@ -310,15 +310,10 @@ impl Engine {
             return false;
         };
         let worker_id = s.worker_id.clone();
-        let mut picked = self.work.queue.oldest(
-            max as usize,
-            |task| s.takes(task),
-            |q| {
-                self.executions
-                    .get(&q.execution_id)
-                    .is_some_and(|e| !e.blocked())
-            },
-        );
+        let mut picked =
+            self.work
+                .queue
+                .oldest(max as usize, |task| s.takes(task), |q| self.ready(q));
         // Then what the requests handled with this poll just scheduled,
         // less what polls already waiting will take (see `fresh_for_poll`).
         let room = (max as usize).saturating_sub(picked.len());
@@ -482,14 +477,17 @@ impl Engine {
         }
     }
 
-    /// True when some queued unit can be handed out now (its execution
-    /// is in memory and not waiting for a batch of its own).
+    /// True when some queued unit can be handed out now.
     fn any_ready(&self) -> bool {
-        self.work.queue.any(|q| {
-            self.executions
-                .get(&q.execution_id)
-                .is_some_and(|e| !e.blocked())
-        })
+        self.work.queue.any(|q| self.ready(q))
+    }
+
+    /// True when queued unit `q` can be handed out now: its execution is
+    /// in memory and not waiting for a batch of its own.
+    fn ready(&self, q: &Queued) -> bool {
+        self.executions
+            .get(&q.execution_id)
+            .is_some_and(|e| !e.blocked())
     }
 
     /// Answers parked polls whose wait ended with no task.
