@@ -65,6 +65,23 @@ pub(super) struct Work {
     pub remote: BTreeMap<String, super::shared::RemoteSession>,
 }
 
+impl Work {
+    /// The queue place of `unit` of `exec_id`, when it is queued.
+    pub fn place_of(&self, exec_id: &str, unit: &str) -> Option<Place> {
+        self.queued.get(exec_id)?.get(unit).copied()
+    }
+
+    /// A batch of `exec_id` did not commit: the units it handed out may
+    /// be taken again (every queued unit of the execution is put back).
+    pub fn put_back(&mut self, exec_id: &str) {
+        if let Some(units) = self.queued.get(exec_id) {
+            for place in units.values() {
+                self.queue.put_back(place);
+            }
+        }
+    }
+}
+
 /// Idempotency-Keys whose record is in a batch in flight.
 #[derive(Default)]
 pub(super) struct Keys {

@@ -320,6 +320,7 @@ impl Engine {
         let mut again = Vec::new();
         let mut kept = Vec::new();
         for id in txn.drafts.keys() {
+            self.work.put_back(id);
             let Some(e) = self.executions.get_mut(id) else {
                 continue;
             };

@@ -383,6 +383,10 @@ impl Engine {
             },
         );
         txn.deliveries.push((token, session_id.to_string()));
+        // Polls step over it until the batch commits or is put back.
+        if let Some(place) = self.work.place_of(exec_id, unit) {
+            self.work.queue.hand_out(&place);
+        }
         Some((task, seq))
     }
 
