@@ -34,6 +34,11 @@ pub struct Config {
     /// least recently active first (busy ones never do); `None`: no cap.
     /// Only with eviction on.
     pub max_in_memory: Option<usize>,
+    /// Seed of the tables keyed by ids clients choose (see `keyed`): the
+    /// server draws it from the operating system at start; a fixed one
+    /// (the default, 0) suits tests and the simulation, which derives it
+    /// from its own seed.
+    pub hash_seed: u64,
 }
 
 /// Default [`Config::idle_evict_ms`]: one minute.
@@ -57,6 +62,7 @@ impl Default for Config {
             finished_cache: FINISHED_CACHE,
             idle_evict_ms: Some(IDLE_EVICT_MS),
             max_in_memory: Some(MAX_IN_MEMORY),
+            hash_seed: 0,
         }
     }
 }

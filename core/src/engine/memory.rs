@@ -3,25 +3,31 @@
 //! Every input looks several of them up, so they are hashed rather than
 //! kept in an ordered map (whose look-ups compared ids a dozen times
 //! each: 12 % of the engine's instructions went to comparing strings).
-//! The hasher is fixed and seedless, so the engine stays deterministic;
-//! callers that act on several executions in turn sort them first, and
-//! nothing else depends on the order. Ids with a `.` (child executions,
+//! The table is seeded ([`super::keyed`]): clients choose the ids. Ids with a `.` (child executions,
 //! `parent.…`) are also kept in order, so a parent's children are found
 //! without a scan.
 
+use super::keyed::{id_map, IdMap};
 use super::state::Exec;
-use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
 
 /// The executions in memory (boxed: a rehash moves only pointers).
 #[derive(Default)]
 pub(super) struct Executions {
-    by_id: FxHashMap<String, Box<Exec>>,
+    by_id: IdMap<Box<Exec>>,
     /// The ids of `by_id` that contain a `.`, in order.
     dotted: BTreeSet<String>,
 }
 
 impl Executions {
+    /// None yet, hashed with `seed`.
+    pub(super) fn new(seed: u64) -> Executions {
+        Executions {
+            by_id: id_map(seed),
+            dotted: BTreeSet::new(),
+        }
+    }
+
     pub(super) fn get(&self, id: &str) -> Option<&Exec> {
         self.by_id.get(id).map(|e| &**e)
     }

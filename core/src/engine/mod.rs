@@ -15,6 +15,7 @@ mod idempotency;
 mod idle;
 mod ids;
 mod input;
+mod keyed;
 mod load;
 mod memory;
 mod parts;
@@ -167,6 +168,7 @@ impl Engine {
             config.idle_evict_ms = None;
             config.max_in_memory = None;
         }
+        let seed = config.hash_seed;
         Engine {
             config,
             ids,
@@ -174,7 +176,7 @@ impl Engine {
             out: Vec::new(),
             last_wake: None,
             ordinal: 0,
-            executions: Executions::default(),
+            executions: Executions::new(seed),
             dirty: BTreeSet::new(),
             wakes: BTreeSet::new(),
             ticked_at: 0,
@@ -187,7 +189,7 @@ impl Engine {
             loads: Loads::default(),
             idle: idle::Idle::default(),
             registry: parts::Registry::default(),
-            work: parts::Work::default(),
+            work: parts::Work::new(seed),
             keys: parts::Keys::default(),
             writes: parts::Writes::default(),
             admission: parts::Admission::default(),

@@ -5,11 +5,11 @@
 
 use super::batch::{BatchId, DefinitionRecord};
 use super::input::{Request, RequestId};
+use super::keyed::{id_map, IdMap};
 use super::queue::{Place, TaskQueue};
 use super::state::{ParkedPoll, Session, TokenRef};
 use super::txn::Txn;
 use crate::history::Millis;
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -35,10 +35,10 @@ pub(super) struct Registry {
 pub(super) struct Work {
     /// Live worker sessions by id.
     pub sessions: BTreeMap<String, Session>,
-    /// Tokens of attempts in flight (hashed with a fixed hasher: looked up
-    /// on every poll, result and listing; the loops over all of them do not
-    /// depend on their order).
-    pub tokens: FxHashMap<String, TokenRef>,
+    /// Tokens of attempts in flight (hashed: looked up on every poll,
+    /// result and listing; the loops over all of them do not depend on
+    /// their order).
+    pub tokens: IdMap<TokenRef>,
     /// Hand-outs no worker has confirmed yet (listed in a poll or a
     /// heartbeat), fresh or recovered from the store, by the time they were
     /// handed out or recovered: one still unconfirmed a session timeout
@@ -53,9 +53,9 @@ pub(super) struct Work {
     /// The task queue, oldest first and by task name.
     pub queue: TaskQueue,
     /// Execution → unit → its place in the queue (an execution's map
-    /// stays, empty or not, until its index entries are removed). Hashed
-    /// with a fixed hasher: only ever looked up by execution, never walked.
-    pub queued: FxHashMap<String, BTreeMap<String, Place>>,
+    /// stays, empty or not, until its index entries are removed). Hashed:
+    /// only ever looked up by execution, never walked.
+    pub queued: IdMap<BTreeMap<String, Place>>,
     /// Long polls parked until tasks are handed to them or their deadline.
     pub polls: BTreeMap<RequestId, ParkedPoll>,
     /// `wait` calls parked until their execution ends or their deadline.
@@ -66,6 +66,16 @@ pub(super) struct Work {
 }
 
 impl Work {
+    /// Nothing yet; the id-keyed tables hashed with `seed`.
+    pub fn new(seed: u64) -> Work {
+        Work {
+            tokens: id_map(seed),
+            queued: id_map(seed),
+            waits: super::waits::Waits::new(seed),
+            ..Work::default()
+        }
+    }
+
     /// The queue place of `unit` of `exec_id`, when it is queued.
     pub fn place_of(&self, exec_id: &str, unit: &str) -> Option<Place> {
         self.queued.get(exec_id)?.get(unit).copied()

@@ -3,9 +3,9 @@
 //! tick find theirs without reading every parked wait.
 
 use super::input::RequestId;
+use super::keyed::{id_map, IdMap};
 use super::state::ParkedWait;
 use crate::history::Millis;
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The parked waits.
@@ -13,12 +13,20 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(crate) struct Waits {
     by_id: BTreeMap<RequestId, ParkedWait>,
     /// Execution → the waits on it.
-    by_execution: FxHashMap<String, BTreeSet<RequestId>>,
+    by_execution: IdMap<BTreeSet<RequestId>>,
     /// Deadline and wait, soonest first.
     deadlines: BTreeSet<(Millis, RequestId)>,
 }
 
 impl Waits {
+    /// None yet, hashed with `seed`.
+    pub fn new(seed: u64) -> Waits {
+        Waits {
+            by_execution: id_map(seed),
+            ..Waits::default()
+        }
+    }
+
     /// Parks `wait` as request `id` (in place of one parked as `id`).
     pub fn insert(&mut self, id: RequestId, wait: ParkedWait) {
         self.remove(id);

@@ -29,7 +29,10 @@ impl World {
             self.node_stats.add(old.node.stats());
         }
         self.incarnation += 1;
-        let ids = SeededIds::new(self.rng.next_u64());
+        // One draw seeds both the ids and the hash tables: the schedule the
+        // rest of the seed drives stays as it was.
+        let seed = self.rng.next_u64();
+        let ids = SeededIds::new(seed);
         let config = Config {
             session_timeout_ms: self.cfg.session_timeout_ms,
             max_active_executions: self.cfg.max_active_executions,
@@ -39,6 +42,7 @@ impl World {
             idle_evict_ms: self.cfg.idle_evict_ms,
             max_in_memory: self.cfg.max_in_memory,
             finished_cache: self.cfg.finished_cache,
+            hash_seed: seed,
         };
         let mut engine = Engine::new(config, Box::new(ids));
         for bug in &self.plant {

@@ -1,9 +1,9 @@
 //! In-memory counters and histograms the driver keeps, rendered in the
 //! Prometheus text format by [`Metrics::render`]. They reset on restart.
 
+use foldhash::HashMap as IdMap;
 use orbit_core::history::Millis;
 use orbit_core::history::{Event, EventKind};
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -138,10 +138,12 @@ struct Outcomes {
 }
 
 /// The units the metrics follow, by execution then step, and how many of
-/// them wait in the queue: each event costs a lookup, never a scan.
+/// them wait in the queue: each event costs a lookup, never a scan. Keyed
+/// by ids clients choose, so hashed with a seed drawn at random (see the
+/// engine's `keyed` module).
 #[derive(Debug, Default)]
 struct Units {
-    live: FxHashMap<String, FxHashMap<String, Unit>>,
+    live: IdMap<String, IdMap<String, Unit>>,
     queued: usize,
     by_task: BTreeMap<String, Outcomes>,
 }
@@ -340,7 +342,7 @@ impl Metrics {
     fn queue_by_task(&self) -> BTreeMap<String, u64> {
         let units = self.units.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = BTreeMap::new();
-        let queued = units.live.values().flat_map(FxHashMap::values);
+        let queued = units.live.values().flat_map(IdMap::values);
         for u in queued.filter(|u| u.queued_since.is_some()) {
             *out.entry(u.task.clone()).or_insert(0) += 1;
         }

@@ -100,14 +100,19 @@ pub fn now_ms() -> Millis {
         .unwrap_or(0)
 }
 
-/// Where a driver reads the time and draws new ids: the system clock and
-/// UUIDv4 by default; a simulation passes a virtual clock and seeded ids.
+/// Where a driver reads the time and draws new ids and the engine's hash
+/// seed: the system clock, UUIDv4 and a seed from the operating system by
+/// default; a simulation passes a virtual clock, seeded ids and a seed of
+/// its own.
 #[derive(Clone)]
 pub struct Sources {
     /// Milliseconds since the Unix epoch.
     pub clock: Clock,
     /// A new identifier, never returned before.
     pub ids: Arc<dyn Fn() -> String + Send + Sync>,
+    /// The engine's [`Config::hash_seed`]: unknown outside this process,
+    /// so nobody can prepare execution ids that collide in its tables.
+    pub hash_seed: u64,
 }
 
 impl Default for Sources {
@@ -115,6 +120,9 @@ impl Default for Sources {
         Sources {
             clock: Arc::new(now_ms),
             ids: Arc::new(|| uuid::Uuid::new_v4().to_string()),
+            // 64 of a version-4 UUID's random bits, which come from the
+            // operating system.
+            hash_seed: uuid::Uuid::new_v4().as_u64_pair().1,
         }
     }
 }
@@ -225,6 +233,7 @@ impl Driver {
         let execution_count = executions.len();
         let ids = sources.ids.clone();
         let mut config = options.engine.clone();
+        config.hash_seed = sources.hash_seed;
         if let Some(m) = &options.membership {
             config.node_id = Some(m.member.node_id.clone());
         }
@@ -499,4 +508,16 @@ fn unregisters(response: &Response) -> bool {
 
 fn shutting_down() -> Response {
     Response::error(503, "SHUTTING_DOWN", "the server is shutting down")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sources;
+
+    #[test]
+    fn each_driver_hashes_ids_with_a_seed_of_its_own() {
+        let seeds: std::collections::BTreeSet<u64> =
+            (0..8).map(|_| Sources::default().hash_seed).collect();
+        assert_eq!(seeds.len(), 8, "{seeds:?}");
+    }
 }

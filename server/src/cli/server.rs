@@ -327,6 +327,8 @@ fn driver_options(args: &Args) -> driver::Options {
             idle_evict_ms: (!args.idle_evict.is_zero()).then(|| millis(args.idle_evict)),
             max_in_memory: (args.max_in_memory_executions > 0)
                 .then_some(args.max_in_memory_executions),
+            // The driver draws it (see `driver::Sources`).
+            hash_seed: 0,
         },
         commits_in_flight: usize::try_from(commits_in_flight(&args.db, args.commits_in_flight))
             .unwrap_or(1),

@@ -38,11 +38,13 @@ use std::sync::Arc;
 /// so a run's time starts where its virtual time does.
 pub const NET_EPOCH_MS: u64 = 0;
 
-/// The driver's clock and ids for one run: turmoil's virtual time since
-/// [`NET_EPOCH_MS`] and UUID-shaped ids from `seed` and a counter shared by
-/// every incarnation of the server (so a bounce never repeats an id).
+/// The driver's clock, ids and hash seed for one run: turmoil's virtual
+/// time since [`NET_EPOCH_MS`], UUID-shaped ids from `seed` and a counter
+/// shared by every incarnation of the server (so a bounce never repeats an
+/// id), and `seed` itself.
 pub fn sources(seed: u64, counter: Arc<AtomicU64>) -> Sources {
     Sources {
+        hash_seed: seed,
         clock: Arc::new(|| {
             turmoil::since_epoch()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
