@@ -34,10 +34,10 @@ pub struct Config {
     /// least recently active first (busy ones never do); `None`: no cap.
     /// Only with eviction on.
     pub max_in_memory: Option<usize>,
-    /// Seed of the tables keyed by ids clients choose (see `keyed`): the
-    /// server draws it from the operating system at start; a fixed one
-    /// (the default, 0) suits tests and the simulation, which derives it
-    /// from its own seed.
+    /// Seed of the tables keyed by ids clients choose (see `keyed`). The
+    /// tokio driver puts its `Sources`' seed here, drawn from the
+    /// operating system unless a simulation passes its own; the default,
+    /// 0, suits tests.
     pub hash_seed: u64,
 }
 

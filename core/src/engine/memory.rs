@@ -3,9 +3,9 @@
 //! Every input looks several of them up, so they are hashed rather than
 //! kept in an ordered map (whose look-ups compared ids a dozen times
 //! each: 12 % of the engine's instructions went to comparing strings).
-//! The table is seeded ([`super::keyed`]): clients choose the ids. Ids with a `.` (child executions,
-//! `parent.…`) are also kept in order, so a parent's children are found
-//! without a scan.
+//! The table is seeded ([`super::keyed`]): clients choose the ids. Ids
+//! with a `.` (child executions, `parent.…`) are also kept in order, so a
+//! parent's children are found without a scan.
 
 use super::keyed::{id_map, IdMap};
 use super::state::Exec;
