@@ -108,6 +108,24 @@ fn a_worker_session_forgets_the_tokens_of_executions_that_left_memory() {
 }
 
 #[test]
+fn a_result_that_overtakes_its_listing_leaves_no_wait_once_the_execution_ends() {
+    // Each result arrives before any poll lists its token: the hand-out
+    // waits for a listing until its execution ends, and no longer.
+    let mut w = World::new(Config::default());
+    w.deploy(PLAIN);
+    let s = w.register("w-1", &["demo.*"]);
+    for i in 0..20 {
+        let id = format!("o-{i}");
+        w.start("Plain", &id, json!({"n": i}));
+        let t = w.take(&s);
+        assert_eq!(w.engine.hand_outs_unlisted(), 1, "handed out, not listed");
+        assert_eq!(w.succeed(&t.token, json!({"n": i})), accepted());
+        assert_eq!(w.status(&id), "completed");
+        assert_eq!(w.engine.hand_outs_unlisted(), 0, "{id} ended");
+    }
+}
+
+#[test]
 fn the_recent_finished_executions_stay_up_to_the_cache_size() {
     let mut w = World::new(Config {
         finished_cache: 2,

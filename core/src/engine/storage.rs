@@ -61,6 +61,22 @@ fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
     }
 }
 
+/// Ends the waits for a listing of an ended execution's hand-outs (`p`,
+/// its projection): none can be lost any more. A result often overtakes
+/// its delivery's listing, so without this most of them would wait out a
+/// whole session timeout, and the set would hold every such hand-out of
+/// the session timeout. (An evicted execution keeps its waits: read back
+/// before they expire, it still finds a hand-out never listed lost.)
+fn unlisted_ended(work: &mut Work, p: &Projection) {
+    for token in p.tokens.keys() {
+        let token: &str = token;
+        if let Some(t) = work.tokens.get(token).filter(|t| !t.confirmed) {
+            work.unconfirmed
+                .remove(&(t.dispatched_at, token.to_string()));
+        }
+    }
+}
+
 /// Puts `unit` of `exec_id` in the task queue when it is `queued` (since
 /// when, its task), behind everything queued before; takes it out
 /// otherwise. `ordinal` is the engine's counter of queue places.
@@ -607,6 +623,7 @@ impl Engine {
         }
         if let Some(e) = e {
             if e.proj.status.is_terminal() {
+                unlisted_ended(&mut self.work, &e.proj);
                 unindex(&mut self.work, exec_id, &e.proj);
             }
         }

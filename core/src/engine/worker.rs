@@ -65,6 +65,13 @@ impl Engine {
         self.work.sessions.values().map(|s| s.tokens.len()).sum()
     }
 
+    /// Hand-outs waiting for their worker to list them: bounded by the
+    /// deliveries of executions in memory, not by every hand-out of the
+    /// last session timeout.
+    pub fn hand_outs_unlisted(&self) -> usize {
+        self.work.unconfirmed.len()
+    }
+
     /// Marks `token` as held by `session` (a listing or a delivery).
     pub(super) fn attach(&mut self, token: &str, session_id: &str, confirmed: bool) {
         let Some(t) = self.work.tokens.get_mut(token) else {
