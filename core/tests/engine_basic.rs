@@ -35,14 +35,14 @@ fn retry_then_success() {
     let s = w.register("w-1", &["demo.*"]);
     w.at(12);
     let t = w.take(&s);
-    assert_eq!(t.idempotency_key, "p-1/work");
+    assert_eq!(&*t.idempotency_key, "p-1/work");
     w.at(30);
     assert_eq!(w.fail(&t.token, "FLAKY", true), accepted());
     w.at(130);
     w.at(131);
     let t2 = w.take(&s);
     assert_eq!((t2.attempt, t2.redelivery), (2, false));
-    assert_eq!(t2.idempotency_key, "p-1/work");
+    assert_eq!(&*t2.idempotency_key, "p-1/work");
     w.at(140);
     assert_eq!(w.succeed(&t2.token, json!({"v": 7})), accepted());
     assert_logs(
@@ -144,11 +144,11 @@ fn fan_out_with_custom_keys_keeps_index_order() {
     let a = w.take(&inv1);
     let b = w.take(&inv2);
     assert_eq!(
-        (a.step_id.as_str(), a.idempotency_key.as_str()),
+        (a.step_id.as_str(), &*a.idempotency_key),
         ("reserve[0]", "o-7/A")
     );
     assert_eq!(
-        (b.step_id.as_str(), b.idempotency_key.as_str()),
+        (b.step_id.as_str(), &*b.idempotency_key),
         ("reserve[1]", "o-7/B")
     );
     w.at(20);
@@ -211,7 +211,7 @@ fn failure_compensates_newest_success_first() {
     w.succeed(&t.token, json!({"reservation_id": "res-1"}));
     w.at(10);
     let t = w.take(&pay);
-    assert_eq!(t.idempotency_key, "charge-o-7");
+    assert_eq!(&*t.idempotency_key, "charge-o-7");
     w.at(40);
     w.succeed(&t.token, json!({"transaction_id": "tx-91"}));
     w.at(41);
@@ -224,7 +224,7 @@ fn failure_compensates_newest_success_first() {
     w.fail(&t.token, "NO_TRUCK", true);
     let t = w.take(&pay);
     assert_eq!(
-        (t.step_id.as_str(), t.idempotency_key.as_str()),
+        (t.step_id.as_str(), &*t.idempotency_key),
         ("compensate:charge", "refund-tx-91")
     );
     assert_eq!(*t.input, json!({"transaction_id": "tx-91"}));
@@ -232,7 +232,7 @@ fn failure_compensates_newest_success_first() {
     w.succeed(&t.token, json!({}));
     let t = w.take(&inv);
     assert_eq!(
-        (t.step_id.as_str(), t.idempotency_key.as_str()),
+        (t.step_id.as_str(), &*t.idempotency_key),
         ("compensate:reserve", "o-7/compensate:reserve")
     );
     w.succeed(&t.token, json!({}));

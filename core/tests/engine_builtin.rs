@@ -63,9 +63,9 @@ fn workers_never_receive_builtin_units_and_the_builtin_session_does() {
     assert!(w.poll(&orbit, 5).is_empty());
     let b = builtin_session(&mut w);
     let task: Task = w.take(&b);
-    assert_eq!(task.task_name, "orbit.http");
-    assert_eq!(task.idempotency_key, "h-1/call");
-    assert_eq!(task.contract_version, "1.0.0");
+    assert_eq!(&*task.task_name, "orbit.http");
+    assert_eq!(&*task.idempotency_key, "h-1/call");
+    assert_eq!(&*task.contract_version, "1.0.0");
     assert_eq!(task.input["timeout"], json!(2000));
     assert_eq!(w.succeed(&task.token, ok_output(201)), accepted());
     // The next step is a worker's, never the built-in session's.

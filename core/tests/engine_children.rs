@@ -53,7 +53,7 @@ fn child_completes_and_its_output_is_the_steps() {
     let s = w.register("ship-1", &["shipping.*"]);
     let t = w.take(&s);
     assert_eq!(&*t.execution_id, "p.ship");
-    assert_eq!(t.idempotency_key, "p.ship/label");
+    assert_eq!(&*t.idempotency_key, "p.ship/label");
     w.at(10);
     w.succeed(&t.token, json!({"tracking": "TR-1"}));
     assert_logs(

@@ -185,7 +185,7 @@ fn crash_mid_charge_unreported_dispatch_is_redelivered_after_one_session_timeout
     let s2 = w.register("pay-2", &["payments.*"]);
     let t = w.take(&s2);
     assert_eq!(
-        (t.attempt, t.redelivery, t.idempotency_key.as_str()),
+        (t.attempt, t.redelivery, &*t.idempotency_key),
         (1, true, "charge-o-10")
     );
 }

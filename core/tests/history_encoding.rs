@@ -35,7 +35,7 @@ fn every_kind() -> Vec<EventKind> {
             step: "reserve[0]".into(),
             attempt: 1,
             redelivery: false,
-            input: json!({}),
+            input: json!({}).into(),
             idempotency_key: "o-7/A".into(),
             task: "inventory.reserve".into(),
             contract_version: "1.0.0".into(),

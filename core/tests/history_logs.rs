@@ -29,7 +29,7 @@ fn scheduled(step: &str, attempt: u32, redelivery: bool, key: &str) -> EventKind
         step: step.into(),
         attempt,
         redelivery,
-        input: json!({"n": 1}),
+        input: json!({"n": 1}).into(),
         idempotency_key: key.into(),
         task: "demo.work".into(),
         contract_version: "1.0.0".into(),

@@ -81,7 +81,7 @@ fn output_for(task: &Task) -> Value {
         .filter(|c| c.is_ascii_alphanumeric())
         .take(24)
         .collect();
-    match task.task_name.as_str() {
+    match &*task.task_name {
         "work.step" => json!({"n": task.input.get("n").cloned().unwrap_or(json!(0))}),
         "pay.charge" => json!({"tx": format!("tx-{tag}")}),
         "pay.refund" => json!({"refund": format!("rf-{tag}")}),

@@ -21,7 +21,7 @@ fn scheduled(step: &str, attempt: u32, redelivery: bool) -> EventKind {
         step: step.into(),
         attempt,
         redelivery,
-        input: json!({"n": 1}),
+        input: json!({"n": 1}).into(),
         idempotency_key: format!("x/{step}"),
         task: "work.step".into(),
         contract_version: "1.0.0".into(),

@@ -396,14 +396,14 @@ pub struct Task {
     pub workflow_version: Arc<str>,
     /// The unit (`reserve[2]`, `compensate:charge`).
     pub step_id: String,
-    /// Task name.
-    pub task_name: String,
+    /// Task name (shared with the unit's, like the names below).
+    pub task_name: Arc<str>,
     /// The task contract's version.
-    pub contract_version: String,
+    pub contract_version: Arc<str>,
     /// The task's input.
     pub input: Arc<serde_json::Value>,
     /// The unit's idempotency key.
-    pub idempotency_key: String,
+    pub idempotency_key: Arc<str>,
     /// Attempt number.
     pub attempt: u32,
     /// True for a redelivery of an uncertain attempt.
@@ -432,10 +432,10 @@ impl Task {
             ("workflow", Value::from(&*self.workflow)),
             ("workflow_version", Value::from(&*self.workflow_version)),
             ("step_id", Value::String(self.step_id)),
-            ("task_name", Value::String(self.task_name)),
-            ("contract_version", Value::String(self.contract_version)),
+            ("task_name", Value::from(&*self.task_name)),
+            ("contract_version", Value::from(&*self.contract_version)),
             ("input", Arc::unwrap_or_clone(self.input)),
-            ("idempotency_key", Value::String(self.idempotency_key)),
+            ("idempotency_key", Value::from(&*self.idempotency_key)),
             ("attempt", Value::from(self.attempt)),
             ("redelivery", Value::Bool(self.redelivery)),
             ("traceparent", Value::String(self.traceparent)),

@@ -16,7 +16,7 @@
 //! past them).
 
 use super::state::Queued;
-use crate::history::Millis;
+use crate::history::{Millis, Name};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A place in the queue: since when the unit waits, then the engine's
@@ -43,7 +43,7 @@ impl Entry {
 pub(super) struct TaskQueue {
     by_place: BTreeMap<Place, Entry>,
     /// Task name → its places, oldest first.
-    by_task: BTreeMap<String, BTreeSet<Place>>,
+    by_task: BTreeMap<Name, BTreeSet<Place>>,
 }
 
 impl TaskQueue {
@@ -77,7 +77,7 @@ impl TaskQueue {
     pub(super) fn insert(&mut self, place: Place, queued: Queued) {
         self.remove(&place);
         // The name is copied only when it is new to the queue.
-        match self.by_task.get_mut(&queued.task) {
+        match self.by_task.get_mut(&*queued.task) {
             Some(places) => {
                 places.insert(place);
             }

@@ -171,7 +171,7 @@ impl Engine {
                         let outstanding = !p.status.is_terminal()
                             && !u.is_resolved()
                             && u.dispatches
-                                .get(token)
+                                .get(token.as_str())
                                 .is_some_and(|d| d.state != DispatchState::Failed);
                         outstanding.then(|| {
                             json!({

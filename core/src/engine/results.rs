@@ -118,12 +118,12 @@ impl Engine {
             let Some(u) = p.units.get(unit_name.as_str()) else {
                 return self.reply(id, refused(UNKNOWN_TOKEN));
             };
-            let Some(dispatch) = u.dispatches.get(token) else {
+            let Some(dispatch) = u.dispatches.get(token.as_str()) else {
                 return self.reply(id, refused(UNKNOWN_TOKEN));
             };
             let attempt = dispatch.attempt;
             let current = dispatch.state == DispatchState::Current
-                && matches!(&u.state, UnitState::InFlight { token: t } if t == token);
+                && matches!(&u.state, UnitState::InFlight { token: t } if **t == **token);
             let stale = |outcome| EventKind::StaleResultIgnored {
                 step: unit_name.clone(),
                 attempt,
@@ -141,7 +141,7 @@ impl Engine {
             } else {
                 match outcome {
                     Outcome::Output(output) => {
-                        let checked = match wf.tasks.get(&u.task) {
+                        let checked = match wf.tasks.get(&*u.task) {
                             Some(contract) => {
                                 check_value(&contract.output, output).map_err(|v| v.to_string())
                             }

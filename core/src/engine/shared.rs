@@ -670,7 +670,7 @@ impl Engine {
                     ops.push(QueueOp::Enqueue {
                         execution_id: exec_id.to_string(),
                         unit: unit.to_string(),
-                        task: task.task_name.clone(),
+                        task: task.task_name.to_string(),
                         enqueued_at: self.now,
                         body: serde_json::to_value(&task).unwrap_or(Value::Null),
                     });
@@ -731,7 +731,7 @@ impl Engine {
             .drafts
             .get(exec_id)
             .and_then(|d| d.proj.units.get(dispatch.unit.as_str()))
-            .filter(|u| matches!(u.state, UnitState::Queued { .. }) && u.task == dispatch.task)
+            .filter(|u| matches!(u.state, UnitState::Queued { .. }) && *u.task == *dispatch.task)
             .map(|u| u.attempt);
         let Some(attempt) = attempt else {
             // No longer queued (cancelled, or a later attempt's row): the

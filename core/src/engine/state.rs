@@ -3,7 +3,7 @@
 
 use super::batch::DefinitionRecord;
 use super::input::{Request, RequestId};
-use crate::history::{Millis, Projection};
+use crate::history::{Millis, Name, Projection};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -109,8 +109,8 @@ pub(crate) struct Queued {
     pub execution_id: String,
     /// Unit.
     pub unit: String,
-    /// Task name.
-    pub task: String,
+    /// Task name (shared with the unit's).
+    pub task: Name,
 }
 
 /// Does `task` match a worker's `pattern` (exact, `*`, `prefix.*`)?

@@ -10,7 +10,7 @@ use super::shared::RemoteSession;
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
-use crate::history::{Event, EventKind, Millis, Projection, Status, UnitState};
+use crate::history::{Event, EventKind, Millis, Name, Projection, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The starts of `txn` that created an id the store turned out to hold
@@ -85,7 +85,7 @@ fn sync_queue(
     ordinal: &mut u64,
     exec_id: &str,
     unit: &str,
-    queued: Option<(Millis, String)>,
+    queued: Option<(Millis, Name)>,
 ) {
     let mut units = work.queued.get_mut(exec_id);
     if let Some(pos) = units.as_mut().and_then(|units| units.remove(unit)) {

@@ -97,19 +97,19 @@ impl Engine {
         let mut fresh = Vec::new();
         for (exec_id, d) in &open.drafts {
             for event in &d.events {
-                let EventKind::StepScheduled { step, task, .. } = &event.kind else {
+                let EventKind::StepScheduled { step, .. } = &event.kind else {
                     continue;
                 };
                 let queued = d
                     .proj
                     .units
                     .get(step.as_str())
-                    .is_some_and(|u| matches!(u.state, UnitState::Queued { .. }));
-                if queued {
+                    .filter(|u| matches!(u.state, UnitState::Queued { .. }));
+                if let Some(u) = queued {
                     fresh.push(Queued {
                         execution_id: exec_id.clone(),
                         unit: step.clone(),
-                        task: task.clone(),
+                        task: u.task.clone(),
                     });
                 }
             }

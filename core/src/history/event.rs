@@ -111,8 +111,9 @@ pub enum EventKind {
         /// True when the same attempt is delivered again after an uncertain one.
         #[serde(default)]
         redelivery: bool,
-        /// The task's input (evaluated once, at the first scheduling).
-        input: serde_json::Value,
+        /// The task's input (evaluated once, at the first scheduling;
+        /// shared with the unit's state once applied, not copied).
+        input: std::sync::Arc<serde_json::Value>,
         /// The unit's idempotency key.
         idempotency_key: String,
         /// Task name.

@@ -14,7 +14,7 @@ use super::status::Status;
 use super::unit::{Dispatch, DispatchState, Unit, UnitName, UnitState};
 use imbl::{OrdMap, OrdSet, Vector};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 /// A step or unit name, or a token, as the projection's collections hold
 /// it: one allocation per name, shared by every collection and every copy.
@@ -236,13 +236,13 @@ impl Projection {
         };
         let u = self.units.entry(key.clone()).or_insert_with(|| {
             Arc::new(Unit {
-                name: UnitName::parse(unit),
-                task: String::new(),
-                contract_version: String::new(),
+                name: UnitName::of(&key),
+                task: unnamed(),
+                contract_version: unnamed(),
                 attempt: 0,
                 redelivery: false,
                 input: Arc::new(serde_json::Value::Null),
-                idempotency_key: String::new(),
+                idempotency_key: unnamed(),
                 first_scheduled_at: at,
                 scheduled_seq: 0,
                 dispatched: false,
@@ -384,17 +384,16 @@ impl Projection {
                 u.attempt = *attempt;
                 u.scheduled_seq = event.seq;
                 u.redelivery = *redelivery;
-                if *u.input != *input {
-                    u.input = Arc::new(input.clone());
-                }
-                u.idempotency_key = idempotency_key.clone();
-                u.task = task.clone();
-                u.contract_version = contract_version.clone();
+                u.input = input.clone();
+                // A retry schedules the same task again: its names stay.
+                renew(&mut u.idempotency_key, idempotency_key);
+                renew(&mut u.task, task);
+                renew(&mut u.contract_version, contract_version);
                 u.state = UnitState::Queued { since: at };
-                let name = u.name.clone();
+                let started = (first && !u.name.compensation).then(|| u.name.step.clone());
                 self.open_units.insert(key);
-                if first && !name.compensation {
-                    self.step_mut(&name.step).units_started += 1;
+                if let Some(step) = started {
+                    self.step_mut(&step).units_started += 1;
                 }
             }
             EventKind::StepDispatched {
@@ -404,11 +403,14 @@ impl Projection {
                 token,
             } => {
                 let (key, u) = self.unit_entry(step, at);
+                // One copy of the token, shared by the three places
+                // that name it.
+                let token: Name = token.as_str().into();
                 u.dispatches.insert(
                     token.clone(),
                     Dispatch {
                         attempt: *attempt,
-                        worker_id: worker_id.clone(),
+                        worker_id: worker_id.as_str().into(),
                         at,
                         redelivery: u.redelivery,
                         state: DispatchState::Current,
@@ -418,7 +420,7 @@ impl Projection {
                 u.state = UnitState::InFlight {
                     token: token.clone(),
                 };
-                self.tokens.insert(token.as_str().into(), key);
+                self.tokens.insert(token, key);
             }
             EventKind::StepAttemptUncertain { step, .. } => {
                 self.close_current(step, DispatchState::Uncertain);
@@ -555,5 +557,20 @@ impl Projection {
                 self.status = Status::Cancelled;
             }
         }
+    }
+}
+
+/// The empty name of a unit not scheduled yet (one allocation for the
+/// whole process, shared).
+fn unnamed() -> Name {
+    static EMPTY: LazyLock<Name> = LazyLock::new(|| Name::from(""));
+    EMPTY.clone()
+}
+
+/// Sets `name` to `to` unless it already reads so (shared names are
+/// copied only when they change).
+fn renew(name: &mut Name, to: &str) {
+    if **name != *to {
+        *name = to.into();
     }
 }

@@ -2,6 +2,7 @@
 //! `compensate:reserve[2]`) — and their folded state.
 
 use super::event::{ErrorInfo, Millis};
+use super::projection::Name;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -9,7 +10,7 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct UnitName {
     /// The step it belongs to.
-    pub step: String,
+    pub step: Name,
     /// The element index of a `for` step.
     pub index: Option<usize>,
     /// True for `compensate:<unit>`.
@@ -19,24 +20,25 @@ pub struct UnitName {
 impl UnitName {
     /// Parses `[compensate:]step[[i]]`.
     pub fn parse(text: &str) -> UnitName {
-        let (compensation, rest) = match text.strip_prefix("compensate:") {
-            Some(rest) => (true, rest),
-            None => (false, text),
-        };
-        if let Some(open) = rest.find('[') {
-            if let Some(inner) = rest[open + 1..].strip_suffix(']') {
-                if let Ok(index) = inner.parse::<usize>() {
-                    return UnitName {
-                        step: rest[..open].to_string(),
-                        index: Some(index),
-                        compensation,
-                    };
-                }
-            }
-        }
+        let (step, index, compensation) = split(text);
         UnitName {
-            step: rest.to_string(),
-            index: None,
+            step: step.into(),
+            index,
+            compensation,
+        }
+    }
+
+    /// Parses `name`, sharing it as the step's name when it names a whole
+    /// step (no copy of the text then).
+    pub fn of(name: &Name) -> UnitName {
+        let (step, index, compensation) = split(name);
+        UnitName {
+            step: if step.len() == name.len() {
+                name.clone()
+            } else {
+                step.into()
+            },
+            index,
             compensation,
         }
     }
@@ -46,9 +48,25 @@ impl UnitName {
     pub fn base(&self) -> String {
         match self.index {
             Some(i) => format!("{}[{}]", self.step, i),
-            None => self.step.clone(),
+            None => self.step.to_string(),
         }
     }
+}
+
+/// `[compensate:]step[[i]]` as its step, index and compensation flag.
+fn split(text: &str) -> (&str, Option<usize>, bool) {
+    let (compensation, rest) = match text.strip_prefix("compensate:") {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    if let Some(open) = rest.find('[') {
+        if let Some(inner) = rest[open + 1..].strip_suffix(']') {
+            if let Ok(index) = inner.parse::<usize>() {
+                return (&rest[..open], Some(index), compensation);
+            }
+        }
+    }
+    (rest, None, compensation)
 }
 
 impl fmt::Display for UnitName {
@@ -72,7 +90,7 @@ pub enum UnitState {
     /// Dispatched; the delivery with `token` is the attempt in flight.
     InFlight {
         /// The current delivery's token.
-        token: String,
+        token: Name,
     },
     /// An attempt failed; the next one is scheduled at `retry_at`.
     Retrying {
@@ -117,7 +135,7 @@ pub struct Dispatch {
     /// Attempt number.
     pub attempt: u32,
     /// The receiving worker.
-    pub worker_id: String,
+    pub worker_id: Name,
     /// When it was dispatched.
     pub at: Millis,
     /// True when it delivered a redelivery.
@@ -132,9 +150,9 @@ pub struct Unit {
     /// The parsed name.
     pub name: UnitName,
     /// Task name (empty for a child unit).
-    pub task: String,
+    pub task: Name,
     /// The task's contract version.
-    pub contract_version: String,
+    pub contract_version: Name,
     /// Current attempt number.
     pub attempt: u32,
     /// True while the current scheduling is a redelivery.
@@ -143,7 +161,7 @@ pub struct Unit {
     /// copy-on-write maps clone units often, and the input never changes).
     pub input: std::sync::Arc<serde_json::Value>,
     /// The idempotency key, evaluated once.
-    pub idempotency_key: String,
+    pub idempotency_key: Name,
     /// Time of the first `StepScheduled`.
     pub first_scheduled_at: Millis,
     /// Seq of the latest `StepScheduled` (it names the attempt's span).
@@ -153,7 +171,7 @@ pub struct Unit {
     /// Where it is.
     pub state: UnitState,
     /// Every delivery, by token.
-    pub dispatches: BTreeMap<String, Dispatch>,
+    pub dispatches: BTreeMap<Name, Dispatch>,
     /// When it was resolved.
     pub resolved_at: Option<Millis>,
 }
@@ -170,10 +188,9 @@ impl Unit {
     /// The current delivery, while one is in flight.
     pub fn current_dispatch(&self) -> Option<(&str, &Dispatch)> {
         match &self.state {
-            UnitState::InFlight { token } => self
-                .dispatches
-                .get_key_value(token)
-                .map(|(t, d)| (t.as_str(), d)),
+            UnitState::InFlight { token } => {
+                self.dispatches.get_key_value(token).map(|(t, d)| (&**t, d))
+            }
             _ => None,
         }
     }

@@ -42,7 +42,7 @@ pub fn delivery(task: &Task, events: &[Event]) -> Result<(), Violation> {
         .in_execution(&task.execution_id, events)
         .at_unit(&task.step_id));
     };
-    if *key != task.idempotency_key || *input != *task.input || *attempt != task.attempt {
+    if **key != *task.idempotency_key || **input != *task.input || *attempt != task.attempt {
         return Err(Violation::new(
             Invariant::StableKeys,
             format!(

@@ -38,7 +38,7 @@ pub fn check(id: &str, events: &[Event], wf: &ir::Workflow) -> Result<(), Violat
                             e.seq
                         )));
                     }
-                    if compensable.contains(name.step.as_str()) {
+                    if compensable.contains(&*name.step) {
                         successes.push(step.clone());
                     }
                 }

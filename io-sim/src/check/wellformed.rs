@@ -88,7 +88,7 @@ pub fn check(id: &str, events: &[Event]) -> Result<(), Violation> {
                         );
                     }
                     Some(u) => {
-                        if u.key != idempotency_key || u.input != input {
+                        if u.key != idempotency_key || *u.input != **input {
                             return Err(Violation::new(
                                 Invariant::StableKeys,
                                 format!(

@@ -111,7 +111,7 @@ pub async fn perform(client: &reqwest::Client, options: &HttpOptions, task: &Tas
         }
         Some(_) => return invalid("`headers` must be an object of strings"),
     }
-    request = request.header("Idempotency-Key", &task.idempotency_key);
+    request = request.header("Idempotency-Key", &*task.idempotency_key);
     // The endpoint's own spans join the trace as children of the attempt,
     // unless the step sends a trace context of its own.
     if !own_traceparent && !task.traceparent.is_empty() {

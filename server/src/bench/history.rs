@@ -132,7 +132,7 @@ fn finished(i: u64, at: u64, hash: &str) -> Append {
             step: "work".to_owned(),
             attempt: 1,
             redelivery: false,
-            input: json!({"n": n}),
+            input: json!({"n": n}).into(),
             idempotency_key: format!("{id}/work"),
             task: "bench.once".to_owned(),
             contract_version: "1.0.0".to_owned(),

@@ -198,10 +198,10 @@ fn visit(cx: &Context, p: &Projection, name: &Name, winding: bool, d: &mut Decis
                     step: name.to_string(),
                     attempt: u.attempt + 1,
                     redelivery: false,
-                    input: (*u.input).clone(),
-                    idempotency_key: u.idempotency_key.clone(),
-                    task: u.task.clone(),
-                    contract_version: u.contract_version.clone(),
+                    input: u.input.clone(),
+                    idempotency_key: u.idempotency_key.to_string(),
+                    task: u.task.to_string(),
+                    contract_version: u.contract_version.to_string(),
                 });
             } else {
                 d.wake_at(*retry_at);
@@ -269,10 +269,10 @@ fn visit(cx: &Context, p: &Projection, name: &Name, winding: bool, d: &mut Decis
                     step: name.to_string(),
                     attempt: u.attempt,
                     redelivery: true,
-                    input: (*u.input).clone(),
-                    idempotency_key: u.idempotency_key.clone(),
-                    task: u.task.clone(),
-                    contract_version: u.contract_version.clone(),
+                    input: u.input.clone(),
+                    idempotency_key: u.idempotency_key.to_string(),
+                    task: u.task.to_string(),
+                    contract_version: u.contract_version.to_string(),
                 });
             }
         }

@@ -20,7 +20,7 @@ pub enum StepOutcome {
 /// The unit name of element `index` of `step` (or of the step itself).
 pub fn unit_name(step: &str, index: Option<usize>) -> String {
     UnitName {
-        step: step.to_string(),
+        step: step.into(),
         index,
         compensation: false,
     }

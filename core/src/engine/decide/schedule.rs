@@ -267,7 +267,7 @@ pub fn task_event(
         step: unit.to_string(),
         attempt: 1,
         redelivery: false,
-        input,
+        input: input.into(),
         idempotency_key: key,
         task: call.task.clone(),
         contract_version: contract.map(|t| t.version.clone()).unwrap_or_default(),
