@@ -102,7 +102,7 @@ impl Engine {
             let Some(u) = self
                 .executions
                 .get(&t.execution_id)
-                .and_then(|e| e.proj.units.get(t.unit.as_str()))
+                .and_then(|e| e.proj.units.get(&*t.unit))
             else {
                 continue;
             };

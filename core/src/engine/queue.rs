@@ -151,7 +151,7 @@ mod tests {
 
     fn unit(execution: u8, task: &str) -> Queued {
         Queued {
-            execution_id: format!("e{execution}"),
+            execution_id: format!("e{execution}").into(),
             unit: "s1".into(),
             task: task.into(),
         }
@@ -212,7 +212,7 @@ mod tests {
                 }
             }
             let takes = |t: &str| pattern_matches(PATTERNS[pattern], t);
-            let ready = |q: &Queued| !blocked.iter().any(|b| q.execution_id == format!("e{b}"));
+            let ready = |q: &Queued| !blocked.iter().any(|b| *q.execution_id == format!("e{b}"));
             prop_assert_eq!(
                 queue.oldest(max, takes, ready),
                 walk(&reference, max, takes, ready)
@@ -251,7 +251,7 @@ mod tests {
         // A unit queued again at its place (re-synced) is not handed out.
         queue.hand_out(&(2, 2));
         queue.insert((2, 2), unit(2, "pay.charge"));
-        assert!(queue.any(|q| q.execution_id == "e2"));
+        assert!(queue.any(|q| &*q.execution_id == "e2"));
     }
 
     #[test]

@@ -167,7 +167,7 @@ impl Engine {
                     .filter_map(|token| {
                         let t = self.work.tokens.get(token)?;
                         let p = &self.executions.get(&t.execution_id)?.proj;
-                        let u = p.units.get(t.unit.as_str())?;
+                        let u = p.units.get(&*t.unit)?;
                         let outstanding = !p.status.is_terminal()
                             && !u.is_resolved()
                             && u.dispatches

@@ -73,12 +73,12 @@ impl Engine {
             self.refused_unknown(id, token);
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
-        let exec_id = t.execution_id.clone();
+        let exec_id = t.execution_id.to_string();
         let unit_name = t.unit.clone();
         let Some(e) = self.executions.get(&exec_id) else {
             return self.reply(id, refused(UNKNOWN_TOKEN));
         };
-        if let (Some(patterns), Some(u)) = (patterns, e.proj.units.get(unit_name.as_str())) {
+        if let (Some(patterns), Some(u)) = (patterns, e.proj.units.get(&*unit_name)) {
             if !patterns.iter().any(|p| pattern_matches(p, &u.task)) {
                 return self.reply(
                     id,
@@ -115,7 +115,7 @@ impl Engine {
                 return self.reply(id, refused(UNKNOWN_TOKEN));
             }
             let wf = &d.def.workflow;
-            let Some(u) = p.units.get(unit_name.as_str()) else {
+            let Some(u) = p.units.get(&*unit_name) else {
                 return self.reply(id, refused(UNKNOWN_TOKEN));
             };
             let Some(dispatch) = u.dispatches.get(token.as_str()) else {
@@ -125,7 +125,7 @@ impl Engine {
             let current = dispatch.state == DispatchState::Current
                 && matches!(&u.state, UnitState::InFlight { token: t } if **t == **token);
             let stale = |outcome| EventKind::StaleResultIgnored {
-                step: unit_name.clone(),
+                step: unit_name.to_string(),
                 attempt,
                 outcome,
             };
@@ -150,7 +150,7 @@ impl Engine {
                         match checked {
                             Ok(output) => (
                                 vec![EventKind::StepSucceeded {
-                                    step: unit_name.clone(),
+                                    step: unit_name.to_string(),
                                     attempt,
                                     output: output.into(),
                                 }],

@@ -68,10 +68,10 @@ impl Session {
 
 /// What the engine knows about a token beyond the history.
 pub(crate) struct TokenRef {
-    /// Execution id.
-    pub execution_id: String,
-    /// Unit.
-    pub unit: String,
+    /// Execution id (shared with the execution's projection).
+    pub execution_id: Name,
+    /// Unit (shared with the projection's name for it).
+    pub unit: Name,
     /// The worker id recorded in `StepDispatched`.
     pub worker_id: String,
     /// The session holding it (none after a restart until re-attached).
@@ -105,10 +105,10 @@ pub(crate) struct ParkedWait {
 /// A queued task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Queued {
-    /// Execution id.
-    pub execution_id: String,
-    /// Unit.
-    pub unit: String,
+    /// Execution id (shared with the execution's projection).
+    pub execution_id: Name,
+    /// Unit (shared with the projection's name for it).
+    pub unit: Name,
     /// Task name (shared with the unit's).
     pub task: Name,
 }

@@ -10,7 +10,7 @@ use super::shared::RemoteSession;
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
-use crate::history::{Event, EventKind, Millis, Name, Projection, Status, UnitState};
+use crate::history::{Event, EventKind, Millis, Projection, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The starts of `txn` that created an id the store turned out to hold
@@ -78,20 +78,20 @@ fn unlisted_ended(work: &mut Work, p: &Projection) {
 }
 
 /// Puts `unit` of `exec_id` in the task queue when it is `queued` (since
-/// when, its task), behind everything queued before; takes it out
+/// when, and the entry), behind everything queued before; takes it out
 /// otherwise. `ordinal` is the engine's counter of queue places.
 fn sync_queue(
     work: &mut Work,
     ordinal: &mut u64,
     exec_id: &str,
     unit: &str,
-    queued: Option<(Millis, Name)>,
+    queued: Option<(Millis, Queued)>,
 ) {
     let mut units = work.queued.get_mut(exec_id);
     if let Some(pos) = units.as_mut().and_then(|units| units.remove(unit)) {
         work.queue.remove(&pos);
     }
-    if let Some((since, task)) = queued {
+    if let Some((since, entry)) = queued {
         *ordinal += 1;
         let pos = (since, *ordinal);
         match units {
@@ -105,14 +105,7 @@ fn sync_queue(
                 );
             }
         }
-        work.queue.insert(
-            pos,
-            Queued {
-                execution_id: exec_id.to_string(),
-                unit: unit.to_string(),
-                task,
-            },
-        );
+        work.queue.insert(pos, entry);
     }
 }
 
@@ -575,6 +568,8 @@ impl Engine {
         // A commit touches a unit or two of an execution: a vector, sorted
         // and deduplicated below, costs less than a set.
         let mut units: Vec<&str> = Vec::new();
+        // One look-up of the execution for all its units.
+        let e = self.executions.get(exec_id);
         for ev in events {
             match &ev.kind {
                 EventKind::StepDispatched {
@@ -583,11 +578,18 @@ impl Engine {
                     token,
                     ..
                 } => {
+                    // The projection's names, shared.
+                    let names = e.and_then(|e| {
+                        let (unit, _) = e.proj.units.get_key_value(step.as_str())?;
+                        Some((e.proj.execution_id.clone(), unit.clone()))
+                    });
+                    let (execution_id, unit) =
+                        names.unwrap_or_else(|| (exec_id.into(), step.as_str().into()));
                     self.work.tokens.insert(
                         token.clone(),
                         TokenRef {
-                            execution_id: exec_id.to_string(),
-                            unit: step.clone(),
+                            execution_id,
+                            unit,
                             worker_id: worker_id.clone(),
                             session: None,
                             confirmed: false,
@@ -610,15 +612,19 @@ impl Engine {
         // places in that order, as they did from a set.
         units.sort_unstable();
         units.dedup();
-        // One look-up of the execution for all its units.
-        let e = self.executions.get(exec_id);
         for unit in units {
-            let queued = e
-                .and_then(|e| e.proj.units.get(unit))
-                .and_then(|u| match u.state {
-                    UnitState::Queued { since } => Some((since, u.task.clone())),
-                    _ => None,
-                });
+            let queued = e.and_then(|e| {
+                let (name, u) = e.proj.units.get_key_value(unit)?;
+                let UnitState::Queued { since } = u.state else {
+                    return None;
+                };
+                let entry = Queued {
+                    execution_id: e.proj.execution_id.clone(),
+                    unit: name.clone(),
+                    task: u.task.clone(),
+                };
+                Some((since, entry))
+            });
             sync_queue(&mut self.work, &mut self.ordinal, exec_id, unit, queued);
         }
         if let Some(e) = e {

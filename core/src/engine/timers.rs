@@ -152,7 +152,7 @@ impl Engine {
         let (current, stale): (Vec<_>, Vec<_>) = tokens.into_iter().partition(|(token, _)| {
             self.work.tokens.get(token).is_some_and(|t| {
                 p.units
-                    .get(t.unit.as_str())
+                    .get(&*t.unit)
                     .and_then(|u| u.current_dispatch())
                     .is_some_and(|(cur, _)| cur == token)
             })
@@ -174,13 +174,13 @@ impl Engine {
                 continue;
             };
             let attempt = txn.drafts.get(exec_id).and_then(|d| {
-                let u = d.proj.units.get(unit.as_str())?;
+                let u = d.proj.units.get(&*unit)?;
                 let (current, dispatch) = u.current_dispatch()?;
                 (current == token).then_some(dispatch.attempt)
             });
             if attempt.is_some() && self.planted(Bug::UncertainAsFailed) {
                 let events = txn.drafts.get(exec_id).and_then(|d| {
-                    let u = d.proj.units.get(unit.as_str())?;
+                    let u = d.proj.units.get(&*unit)?;
                     let policy = call_for(&d.def.workflow, &u.name)
                         .map(|c| c.retry.clone())
                         .unwrap_or_default();
@@ -201,7 +201,7 @@ impl Engine {
                     &mut txn,
                     exec_id,
                     EventKind::StepAttemptUncertain {
-                        step: unit,
+                        step: unit.to_string(),
                         attempt,
                         reason,
                     },
@@ -223,7 +223,7 @@ impl Engine {
             .work
             .orphans
             .keys()
-            .filter_map(|t| self.work.tokens.get(t).map(|r| r.execution_id.clone()))
+            .filter_map(|t| self.work.tokens.get(t).map(|r| r.execution_id.to_string()))
             .collect();
         let stale: Vec<String> = self
             .work

@@ -95,7 +95,7 @@ impl Engine {
             return Vec::new();
         };
         let mut fresh = Vec::new();
-        for (exec_id, d) in &open.drafts {
+        for d in open.drafts.values() {
             for event in &d.events {
                 let EventKind::StepScheduled { step, .. } = &event.kind else {
                     continue;
@@ -103,12 +103,12 @@ impl Engine {
                 let queued = d
                     .proj
                     .units
-                    .get(step.as_str())
-                    .filter(|u| matches!(u.state, UnitState::Queued { .. }));
-                if let Some(u) = queued {
+                    .get_key_value(step.as_str())
+                    .filter(|(_, u)| matches!(u.state, UnitState::Queued { .. }));
+                if let Some((name, u)) = queued {
                     fresh.push(Queued {
-                        execution_id: exec_id.clone(),
-                        unit: step.clone(),
+                        execution_id: d.proj.execution_id.clone(),
+                        unit: name.clone(),
                         task: u.task.clone(),
                     });
                 }

@@ -163,7 +163,7 @@ impl Engine {
         if p.status.is_terminal() {
             return false;
         }
-        let Some(u) = p.units.get(t.unit.as_str()) else {
+        let Some(u) = p.units.get(&*t.unit) else {
             return false;
         };
         if u.is_resolved() {
@@ -343,7 +343,7 @@ impl Engine {
             if let Some((task, seq)) =
                 self.deliver(&mut txn, &q.execution_id, &q.unit, &worker_id, session_id)
             {
-                proofs.push((q.execution_id.clone(), seq));
+                proofs.push((q.execution_id.to_string(), seq));
                 tasks.push(task);
             }
         }
