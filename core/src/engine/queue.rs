@@ -76,7 +76,7 @@ impl TaskQueue {
 
     pub(super) fn insert(&mut self, place: Place, queued: Queued) {
         self.remove(&place);
-        // The name is copied only when it is new to the queue.
+        // A task name new to the queue gets an entry of its own.
         match self.by_task.get_mut(&*queued.task) {
             Some(places) => {
                 places.insert(place);
