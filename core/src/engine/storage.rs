@@ -63,10 +63,10 @@ fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
 
 /// Ends the waits for a listing of an ended execution's hand-outs (`p`,
 /// its projection): none can be lost any more. A result often overtakes
-/// its delivery's listing, so without this most of them would wait out a
-/// whole session timeout, and the set would hold every such hand-out of
-/// the session timeout. (An evicted execution keeps its waits: read back
-/// before they expire, it still finds a hand-out never listed lost.)
+/// its delivery's listing, so without this such a wait would last a whole
+/// session timeout after its execution ended. (An evicted execution keeps
+/// its waits: read back before they expire, it still finds a hand-out
+/// never listed lost.)
 fn unlisted_ended(work: &mut Work, p: &Projection) {
     for token in p.tokens.keys() {
         let token: &str = token;
