@@ -3,7 +3,7 @@
 //! its committed history equals the store's — whatever random sequence of
 //! requests, worker results, storage failures, restarts and time steps
 //! drives it. Its typed view (`GET`, `wait`) writes the JSON that a tree
-//! built field by field writes.
+//! built field by field writes, through serde and by hand.
 
 #![allow(clippy::unwrap_used)]
 
@@ -89,6 +89,10 @@ fn check(w: &World) {
         let typed = serde_json::to_string(&ExecutionView::of(&folded)).unwrap();
         let tree = serde_json::to_string(&tree_view(&folded)).unwrap();
         assert_eq!(typed, tree, "the typed view of {id} differs from its tree");
+        let mut written = Vec::new();
+        ExecutionView::of(&folded).write_json(&mut written).unwrap();
+        let written = String::from_utf8(written).unwrap();
+        assert_eq!(written, tree, "the view of {id} written by hand differs");
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::batch::Batch;
 use super::input::RequestId;
+use super::json::Object;
 use super::view::ExecutionView;
 use crate::history::{Event, Millis};
 use serde::{Deserialize, Serialize};
@@ -217,6 +218,26 @@ struct HandOut {
 }
 
 impl HandOut {
+    /// The same JSON as its `Serialize` gives, written by hand (see
+    /// [`super::json`]).
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let mut o = Object::new(out);
+        let list = o.key("tasks");
+        list.push(b'[');
+        for (i, task) in self.tasks.iter().enumerate() {
+            if i > 0 {
+                list.push(b',');
+            }
+            task.write_json(list)?;
+        }
+        list.push(b']');
+        for (key, value) in &self.beside {
+            serde_json::to_writer(o.name(key)?, value)?;
+        }
+        o.end();
+        Ok(())
+    }
+
     /// The same JSON as a tree.
     fn into_tree(self) -> serde_json::Value {
         let mut tree = Task::poll_body(self.tasks);
@@ -365,6 +386,18 @@ impl std::fmt::Display for Body {
     }
 }
 
+impl Body {
+    /// The body's JSON at the end of `out`: the bytes its `Serialize`
+    /// gives, a typed body's written by hand (see [`super::json`]).
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        match self.typed.as_deref() {
+            Some(Typed::HandOut(h)) => h.write_json(out),
+            Some(Typed::Execution(v)) => v.write_json(out),
+            None => serde_json::to_writer(out, &self.json),
+        }
+    }
+}
+
 impl Serialize for Body {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self.typed.as_deref() {
@@ -414,6 +447,26 @@ pub struct Task {
 }
 
 impl Task {
+    /// The same JSON as its `Serialize` gives, written by hand (see
+    /// [`super::json`]).
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let mut o = Object::new(out);
+        o.str("token", &self.token)?;
+        o.str("execution_id", &self.execution_id)?;
+        o.str("workflow", &self.workflow)?;
+        o.str("workflow_version", &self.workflow_version)?;
+        o.str("step_id", &self.step_id)?;
+        o.str("task_name", &self.task_name)?;
+        o.str("contract_version", &self.contract_version)?;
+        o.value("input", &*self.input)?;
+        o.str("idempotency_key", &self.idempotency_key)?;
+        o.value("attempt", &self.attempt)?;
+        o.bool("redelivery", self.redelivery);
+        o.str("traceparent", &self.traceparent)?;
+        o.end();
+        Ok(())
+    }
+
     /// The reply body of a poll handing out `tasks`: `{"tasks": [...]}`,
     /// built by moving each task's fields into the JSON tree (the same
     /// JSON its `Serialize` gives, without copying every string and input).
@@ -534,5 +587,34 @@ mod tests {
         assert!(hand_out.body.built.get().is_none());
         let refused = Response::error(404, "UNKNOWN_EXECUTION", "no such execution");
         assert_eq!(refused.error_code(), Some("UNKNOWN_EXECUTION"));
+    }
+
+    fn written(body: &Body) -> Vec<u8> {
+        let mut out = Vec::new();
+        assert!(body.write_json(&mut out).is_ok());
+        out
+    }
+
+    #[test]
+    fn a_body_written_by_hand_is_its_serialization_byte_for_byte() {
+        let mut odd = task(3);
+        odd.step_id = "say \"hi\"\n".into();
+        odd.workflow = "Wörkflow\u{1}".into();
+        odd.input = json!({"text": "a\tb", "x": 1.5e300, "list": [true, null]}).into();
+        let mut with_results = Body::tasks(vec![task(1), odd, task(2)]);
+        assert!(with_results.insert("results", json!([{"token": "t\"0", "accepted": true}])));
+        assert!(with_results.insert("a key\n", json!(7)));
+        for body in [
+            Body::tasks(Vec::new()),
+            Body::tasks(vec![task(1)]),
+            with_results,
+            Body::from(json!({"error": {"code": "X", "message": "m\u{7}"}})),
+        ] {
+            let serialized = serde_json::to_vec(&body).unwrap_or_default();
+            assert_eq!(
+                String::from_utf8(written(&body)).unwrap_or_default(),
+                String::from_utf8(serialized).unwrap_or_default()
+            );
+        }
     }
 }

@@ -15,6 +15,7 @@ mod idempotency;
 mod idle;
 mod ids;
 mod input;
+pub mod json;
 mod keyed;
 mod load;
 mod memory;

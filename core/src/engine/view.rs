@@ -3,7 +3,9 @@
 //! shared pointers, not the execution's input or its units.
 
 use super::batch::Summary;
+use super::json::Object;
 use super::rfc3339;
+use super::time::write_rfc3339;
 use super::txn::summary;
 use crate::history::{Name, Projection, Unit, UnitState};
 use imbl::OrdMap;
@@ -28,6 +30,31 @@ impl ExecutionView {
             summary: summary(p),
             units: p.units.clone(),
         }
+    }
+
+    /// The same JSON as its `Serialize` gives, written by hand (see
+    /// [`super::json`]).
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let s = &self.summary;
+        let mut o = Object::new(out);
+        write_rfc3339(o.key("created_at"), s.created_at);
+        o.str("definition_hash", &s.definition_hash)?;
+        o.value("error", &s.error)?;
+        o.str("execution_id", &s.execution_id)?;
+        o.value("input", &*s.input)?;
+        o.value("output", &s.output)?;
+        o.value("parent", &s.parent)?;
+        o.str("status", s.status.as_str())?;
+        let mut units = Object::new(o.key("units"));
+        for (name, unit) in &self.units {
+            UnitView(unit).write_json(units.name(name)?)?;
+        }
+        units.end();
+        write_rfc3339(o.key("updated_at"), s.updated_at);
+        o.str("version", &s.version)?;
+        o.str("workflow", &s.workflow)?;
+        o.end();
+        Ok(())
     }
 
     /// The same answer as a JSON tree.
@@ -72,13 +99,6 @@ struct UnitView<'a>(&'a Unit);
 impl Serialize for UnitView<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let u = self.0;
-        let status = match &u.state {
-            UnitState::Queued { .. } | UnitState::Idle => "queued",
-            UnitState::InFlight { .. } | UnitState::Child { .. } => "running",
-            UnitState::Retrying { .. } => "retrying",
-            UnitState::Succeeded { .. } => "succeeded",
-            UnitState::Failed { .. } => "failed",
-        };
         let mut m = serializer.serialize_map(None)?;
         m.serialize_entry("attempt", &u.attempt)?;
         if let UnitState::Child { child_id } = &u.state {
@@ -100,11 +120,53 @@ impl Serialize for UnitView<'_> {
         if let UnitState::Succeeded { output } = &u.state {
             m.serialize_entry("output", &**output)?;
         }
-        m.serialize_entry("status", status)?;
+        m.serialize_entry("status", status(&u.state))?;
         if task {
             m.serialize_entry("task", &u.task)?;
         }
         m.end()
+    }
+}
+
+impl UnitView<'_> {
+    /// The same JSON as its `Serialize` gives, written by hand.
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let u = self.0;
+        let mut o = Object::new(out);
+        o.value("attempt", &u.attempt)?;
+        if let UnitState::Child { child_id } = &u.state {
+            o.str("child_id", child_id)?;
+        }
+        if let UnitState::Failed { error } = &u.state {
+            let mut e = Object::new(o.key("error"));
+            e.str("code", &error.code)?;
+            e.str("message", &error.message)?;
+            e.end();
+        }
+        let task = !u.task.is_empty();
+        if task {
+            o.str("idempotency_key", &u.idempotency_key)?;
+        }
+        if let UnitState::Succeeded { output } = &u.state {
+            o.value("output", &**output)?;
+        }
+        o.str("status", status(&u.state))?;
+        if task {
+            o.str("task", &u.task)?;
+        }
+        o.end();
+        Ok(())
+    }
+}
+
+/// A unit's status as the view shows it.
+fn status(state: &UnitState) -> &'static str {
+    match state {
+        UnitState::Queued { .. } | UnitState::Idle => "queued",
+        UnitState::InFlight { .. } | UnitState::Child { .. } => "running",
+        UnitState::Retrying { .. } => "retrying",
+        UnitState::Succeeded { .. } => "succeeded",
+        UnitState::Failed { .. } => "failed",
     }
 }
 

@@ -9,6 +9,7 @@ use super::AppState;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use orbit_core::engine::json::Object;
 use orbit_core::engine::{Request, Start};
 use orbit_core::history::Status;
 use orbit_io_tokio::storage::ListPage;
@@ -39,11 +40,32 @@ pub struct StartQuery {
 
 /// The answer to a start that waited (`?wait_ms=`): the start's fields and
 /// the execution as `GET` shows it when the wait ended.
-#[derive(serde::Serialize)]
 struct StartedAndSeen {
     execution_id: String,
     created: bool,
     execution: Seen,
+}
+
+impl StartedAndSeen {
+    /// `{"execution_id", "created", "execution"}`, the execution's view
+    /// written by hand (see `orbit_core::engine::json`).
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let mut o = Object::new(out);
+        o.str("execution_id", &self.execution_id)?;
+        o.bool("created", self.created);
+        let execution = o.key("execution");
+        match &self.execution {
+            Seen::Engine(r) => r.body.write_json(execution)?,
+            Seen::Stored(view) => serde_json::to_writer(execution, view)?,
+        }
+        o.end();
+        Ok(())
+    }
+
+    /// The answer with `status`.
+    fn respond(&self, status: StatusCode) -> Response {
+        reply::written(status, |buf| self.write_json(buf))
+    }
 }
 
 /// Starts an execution: `201` created, `200` for an existing id; with
@@ -96,11 +118,11 @@ pub async fn start(
     };
     Ok(
         match wait_for(&state, id.clone(), wait_ms.min(WAIT_TIMEOUT_MS_MAX)).await? {
-            Seen::Engine(r) if r.status == 200 => reply::json(status, &answer(Seen::Engine(r))),
+            Seen::Engine(r) if r.status == 200 => answer(Seen::Engine(r)).respond(status),
             // Not found by the wait (shared mode: gone from this member
             // between the start and the wait): its own answer.
             Seen::Engine(r) => respond(r),
-            seen @ Seen::Stored(_) => reply::json(status, &answer(seen)),
+            seen @ Seen::Stored(_) => answer(seen).respond(status),
         },
     )
 }
@@ -359,16 +381,6 @@ const WAIT_ELSEWHERE_EVERY: std::time::Duration = std::time::Duration::from_mill
 enum Seen {
     Engine(orbit_core::engine::Response),
     Stored(Value),
-}
-
-/// The execution's JSON (a start that waited nests it).
-impl serde::Serialize for Seen {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Seen::Engine(r) => r.body.serialize(serializer),
-            Seen::Stored(view) => view.serialize(serializer),
-        }
-    }
 }
 
 impl IntoResponse for Seen {

@@ -46,7 +46,7 @@ pub fn respond(r: engine::Response) -> Response {
             tracing::warn!(code, status = status.as_u16(), "request failed");
         }
     }
-    let mut response = json(status, &body);
+    let mut response = written(status, |buf| body.write_json(buf));
     if r.replayed {
         response
             .headers_mut()
@@ -64,8 +64,17 @@ const ANSWER_CAPACITY: usize = 1024;
 /// sized for a typical answer (`axum::Json` starts from 128 bytes and grows
 /// its buffer three times for most of ORBIT's answers).
 pub fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+    written(status, |buf| serde_json::to_writer(buf, value))
+}
+
+/// The JSON response with `status` that `write` writes into a buffer sized
+/// as [`json`]'s.
+pub fn written(
+    status: StatusCode,
+    write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>,
+) -> Response {
     let mut buf = Vec::with_capacity(ANSWER_CAPACITY);
-    if let Err(e) = serde_json::to_writer(&mut buf, value) {
+    if let Err(e) = write(&mut buf) {
         return super::error::ApiError::internal(format!("serializing an answer: {e}"))
             .into_response();
     }

@@ -193,16 +193,16 @@ fn answers_of(
 /// One carried result's answer: `{"token", "status", ...}` with the result
 /// endpoint's body (`accepted`, `reason`; or `error`).
 fn result_answer(token: String, r: orbit_core::engine::Response) -> serde_json::Value {
-    let mut answer = serde_json::Map::new();
+    // The body's own map, kept: it holds `accepted` already.
+    let mut answer = match r.body.into_json() {
+        serde_json::Value::Object(mut body) => {
+            body.retain(|k, _| matches!(k.as_str(), "accepted" | "reason" | "error"));
+            body
+        }
+        _ => serde_json::Map::new(),
+    };
     answer.insert("token".into(), token.into());
     answer.insert("status".into(), r.status.into());
-    if let serde_json::Value::Object(body) = r.body.into_json() {
-        for (k, v) in body {
-            if matches!(k.as_str(), "accepted" | "reason" | "error") {
-                answer.insert(k, v);
-            }
-        }
-    }
     serde_json::Value::Object(answer)
 }
 
