@@ -13,6 +13,7 @@ use super::input::RequestId;
 use super::state::Session;
 use super::Engine;
 use crate::builtin::{is_reserved, RESTART_REASON, WORKER_ID};
+use crate::history::Name;
 use serde_json::json;
 use std::collections::BTreeSet;
 
@@ -21,9 +22,9 @@ impl Engine {
     pub(super) fn register_builtin(&mut self, id: RequestId, max_tasks: Option<u32>) {
         let session_id = self.ids.next_id();
         self.work.sessions.insert(
-            session_id.clone(),
+            session_id.as_str().into(),
             Session {
-                worker_id: WORKER_ID.to_string(),
+                worker_id: WORKER_ID.into(),
                 patterns: vec![format!("{}*", crate::builtin::PREFIX)],
                 max_tasks: max_tasks.unwrap_or(1).max(1),
                 last_seen: self.now,
@@ -65,10 +66,9 @@ impl Engine {
                 ),
             );
         }
-        let known =
-            self.work.tokens.get(token).is_some_and(|t| {
-                t.session.as_deref() == Some(session_id) || t.worker_id == WORKER_ID
-            });
+        let known = self.work.tokens.get(token).is_some_and(|t| {
+            t.session.as_deref() == Some(session_id) || &*t.worker_id == WORKER_ID
+        });
         if !known {
             return self.reply(
                 id,
@@ -85,7 +85,7 @@ impl Engine {
         if let Some(t) = self.work.tokens.get_mut(token) {
             t.confirmed = true;
             t.session = None;
-            let key = (t.dispatched_at, token.to_string());
+            let key = (t.dispatched_at, Name::from(token));
             self.work.unconfirmed.remove(&key);
         }
         self.work.orphans.insert(token.to_string(), reason);
@@ -114,7 +114,9 @@ impl Engine {
             if let Some(t) = self.work.tokens.get_mut(&token) {
                 t.confirmed = true;
             }
-            self.work.orphans.insert(token, RESTART_REASON.to_string());
+            self.work
+                .orphans
+                .insert(token.to_string(), RESTART_REASON.to_string());
         }
     }
 }

@@ -16,11 +16,13 @@
 //! reproduced by its inputs as before.
 #![allow(clippy::disallowed_types)]
 
+use crate::history::Name;
 use foldhash::fast::FixedState;
 use std::collections::HashMap;
 
-/// A hash table keyed by an id, hashed with the engine's seed.
-pub(crate) type IdMap<V> = HashMap<String, V, FixedState>;
+/// A hash table keyed by an id, hashed with the engine's seed. Keys are
+/// shared names: most are the projection's own id or a token it holds.
+pub(crate) type IdMap<V> = HashMap<Name, V, FixedState>;
 
 /// An empty [`IdMap`] hashing with `seed`.
 pub(crate) fn id_map<V>(seed: u64) -> IdMap<V> {

@@ -9,6 +9,7 @@
 
 use super::keyed::{id_map, IdMap};
 use super::state::Exec;
+use crate::history::Name;
 use std::collections::BTreeSet;
 
 /// The executions in memory (boxed: a rehash moves only pointers).
@@ -40,9 +41,11 @@ impl Executions {
         self.by_id.contains_key(id)
     }
 
-    pub(super) fn insert(&mut self, id: String, exec: Box<Exec>) -> Option<Box<Exec>> {
+    /// Holds `exec` under its projection's id (the key shares it).
+    pub(super) fn insert(&mut self, exec: Box<Exec>) -> Option<Box<Exec>> {
+        let id = exec.proj.execution_id.clone();
         if id.contains('.') {
-            self.dotted.insert(id.clone());
+            self.dotted.insert(id.to_string());
         }
         self.by_id.insert(id, exec)
     }
@@ -60,7 +63,7 @@ impl Executions {
     }
 
     /// Every execution, in no particular order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Exec)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&Name, &Exec)> {
         self.by_id.iter().map(|(id, e)| (id, &**e))
     }
 
@@ -71,7 +74,7 @@ impl Executions {
 
     /// The ids of every execution, sorted.
     pub(super) fn sorted_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.by_id.keys().cloned().collect();
+        let mut ids: Vec<String> = self.by_id.keys().map(|id| id.to_string()).collect();
         ids.sort_unstable();
         ids
     }

@@ -9,7 +9,7 @@ use super::keyed::{id_map, IdMap};
 use super::queue::{Place, TaskQueue};
 use super::state::{ParkedPoll, Session, TokenRef};
 use super::txn::Txn;
-use crate::history::Millis;
+use crate::history::{Millis, Name};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ pub(super) struct Registry {
 #[derive(Default)]
 pub(super) struct Work {
     /// Live worker sessions by id.
-    pub sessions: BTreeMap<String, Session>,
+    pub sessions: BTreeMap<Name, Session>,
     /// Tokens of attempts in flight (hashed: looked up on every poll,
     /// result and listing; the loops over all of them do not depend on
     /// their order).
@@ -43,7 +43,7 @@ pub(super) struct Work {
     /// heartbeat), fresh or recovered from the store, by the time they were
     /// handed out or recovered: one still unconfirmed a session timeout
     /// later never arrived.
-    pub unconfirmed: BTreeSet<(Millis, String)>,
+    pub unconfirmed: BTreeSet<(Millis, Name)>,
     /// Tokens whose attempt became uncertain, with the reason, waiting to
     /// be recorded.
     pub orphans: BTreeMap<String, String>,
@@ -55,7 +55,7 @@ pub(super) struct Work {
     /// Execution → unit → its place in the queue (an execution's map
     /// stays, empty or not, until its index entries are removed). Hashed:
     /// only ever looked up by execution, never walked.
-    pub queued: IdMap<BTreeMap<String, Place>>,
+    pub queued: IdMap<BTreeMap<Name, Place>>,
     /// Long polls parked until tasks are handed to them or their deadline.
     pub polls: BTreeMap<RequestId, ParkedPoll>,
     /// `wait` calls parked until their execution ends or their deadline.

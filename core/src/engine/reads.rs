@@ -171,7 +171,7 @@ impl Engine {
                         let outstanding = !p.status.is_terminal()
                             && !u.is_resolved()
                             && u.dispatches
-                                .get(token.as_str())
+                                .get(&**token)
                                 .is_some_and(|d| d.state != DispatchState::Failed);
                         outstanding.then(|| {
                             json!({

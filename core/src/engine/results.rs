@@ -57,7 +57,7 @@ impl Engine {
             }
             return self.forward(id, request.clone(), &exec_id);
         }
-        let Some(t) = self.work.tokens.get(token) else {
+        let Some(t) = self.work.tokens.get(token.as_str()) else {
             // A past delivery of an execution evicted for idleness: read it
             // back, then judge the result as if it had stayed.
             if let Some(owner) = self.evicted_owner(token).map(str::to_owned) {

@@ -749,7 +749,7 @@ impl Engine {
             },
         );
         txn.deliveries
-            .push((dispatch.token.clone(), dispatch.session.clone()));
+            .push((dispatch.token.clone(), dispatch.session.as_str().into()));
         self.settle(&mut txn, exec_id);
         txn.reply(
             id,
@@ -772,7 +772,7 @@ impl Engine {
         let Some(t) = self.work.tokens.get_mut(token) else {
             return;
         };
-        t.session = Some(session_id.to_string());
+        t.session = Some(session_id.into());
         t.confirmed = true;
         self.work
             .remote
@@ -810,7 +810,7 @@ impl Engine {
             .sessions
             .iter()
             .filter(|(_, s)| s.last_seen >= since)
-            .map(|(id, _)| id.clone())
+            .map(|(id, _)| id.to_string())
             .collect()
     }
 
@@ -846,7 +846,7 @@ impl Engine {
                 continue;
             };
             for token in r.tokens {
-                if let Some(t) = self.work.tokens.get(&token) {
+                if let Some(t) = self.work.tokens.get(token.as_str()) {
                     if t.session.as_deref() == Some(session.as_str()) {
                         let reason = stopped(&t.worker_id);
                         self.work.orphans.insert(token, reason);
@@ -857,7 +857,7 @@ impl Engine {
         let mut report = Vec::new();
         for (token, h) in &mut self.shared.handed {
             if h.lost.is_none() {
-                if !self.work.sessions.contains_key(&h.session) {
+                if !self.work.sessions.contains_key(h.session.as_str()) {
                     h.lost = Some(stopped(&h.worker_id));
                 } else if !h.confirmed && h.at + timeout <= now {
                     h.lost = Some(not_received(&h.worker_id));
@@ -912,16 +912,16 @@ impl Engine {
                 let Some(t) = self.work.tokens.get(token) else {
                     continue;
                 };
-                if !t.confirmed || t.session.as_deref() != Some(session_id.as_str()) {
+                if !t.confirmed || t.session.as_deref() != Some(&**session_id) {
                     continue;
                 }
                 let at = self
                     .shared
                     .listed
-                    .get(token)
+                    .get(&**token)
                     .copied()
                     .unwrap_or(t.dispatched_at);
-                if at + timeout <= now && !self.work.orphans.contains_key(token) {
+                if at + timeout <= now && !self.work.orphans.contains_key(&**token) {
                     dropped.push((token.clone(), session_id.clone(), t.worker_id.clone()));
                 }
             }
@@ -933,13 +933,15 @@ impl Engine {
             if let Some(t) = self.work.tokens.get_mut(&token) {
                 t.session = None;
             }
-            self.shared.listed.remove(&token);
-            self.work.orphans.insert(token, no_longer_listed(&worker));
+            self.shared.listed.remove(&*token);
+            self.work
+                .orphans
+                .insert(token.to_string(), no_longer_listed(&worker));
         }
         let tokens = &self.work.tokens;
         self.shared
             .listed
-            .retain(|token, _| tokens.contains_key(token));
+            .retain(|token, _| tokens.contains_key(token.as_str()));
     }
 
     /// Whether `token` was handed out by this member and is not known lost.
@@ -1006,10 +1008,10 @@ impl Engine {
     }
 
     fn next_claim(&mut self, mut c: Claiming) {
-        let Some(s) = self.work.sessions.get(&c.session) else {
+        let Some(s) = self.work.sessions.get(c.session.as_str()) else {
             return self.claims_done(c);
         };
-        c.worker.clone_from(&s.worker_id);
+        c.worker = s.worker_id.to_string();
         let tasks = self.task_names(s);
         if tasks.is_empty() {
             return self.claims_done(c);
@@ -1028,7 +1030,7 @@ impl Engine {
             session: c.session.clone(),
             tokens,
             tasks,
-            worker_id,
+            worker_id: worker_id.to_string(),
         };
         if c.parked {
             self.shared.claiming.insert(c.request);
@@ -1172,7 +1174,7 @@ impl Engine {
             }
             self.work.polls.remove(&c.request);
             let now = self.now;
-            if let Some(s) = self.work.sessions.get_mut(&c.session) {
+            if let Some(s) = self.work.sessions.get_mut(c.session.as_str()) {
                 s.last_seen = now;
             }
             return self.reply(c.request, Response::tasks(c.tasks));
@@ -1187,7 +1189,7 @@ impl Engine {
         self.work.polls.insert(
             c.request,
             ParkedPoll {
-                session_id: c.session,
+                session_id: c.session.into(),
                 max_tasks: c.max,
                 deadline: self.now + wait_ms,
             },
@@ -1201,7 +1203,7 @@ impl Engine {
             .polls
             .iter()
             .filter(|(id, _)| !self.shared.claiming.contains(id))
-            .map(|(id, p)| (*id, p.session_id.clone(), p.max_tasks))
+            .map(|(id, p)| (*id, p.session_id.to_string(), p.max_tasks))
             .collect();
         for (request, session, max) in parked {
             self.next_claim(Claiming {
@@ -1385,7 +1387,7 @@ impl Engine {
             .executions
             .iter()
             .filter(|(_, e)| e.epoch.is_some())
-            .map(|(id, _)| id.clone())
+            .map(|(id, _)| id.to_string())
             .collect();
         owned.sort_unstable();
         for id in owned {

@@ -41,7 +41,7 @@ impl Exec {
 /// A worker session.
 pub(crate) struct Session {
     /// The worker's id.
-    pub worker_id: String,
+    pub worker_id: Name,
     /// Task patterns.
     pub patterns: Vec<String>,
     /// Default tasks per poll.
@@ -49,7 +49,7 @@ pub(crate) struct Session {
     /// Last poll or heartbeat.
     pub last_seen: Millis,
     /// Tokens dispatched to or re-attached by this session.
-    pub tokens: BTreeSet<String>,
+    pub tokens: BTreeSet<Name>,
     /// The runtime's own executor of built-in tasks.
     pub builtin: bool,
 }
@@ -73,9 +73,9 @@ pub(crate) struct TokenRef {
     /// Unit (shared with the projection's name for it).
     pub unit: Name,
     /// The worker id recorded in `StepDispatched`.
-    pub worker_id: String,
+    pub worker_id: Name,
     /// The session holding it (none after a restart until re-attached).
-    pub session: Option<String>,
+    pub session: Option<Name>,
     /// True once listed in `held` by a poll or heartbeat (a reported result
     /// confirms nothing until its batch commits, and then the delivery is no
     /// longer current).
@@ -87,7 +87,7 @@ pub(crate) struct TokenRef {
 /// A parked long poll.
 pub(crate) struct ParkedPoll {
     /// The session.
-    pub session_id: String,
+    pub session_id: Name,
     /// Tasks at most.
     pub max_tasks: u32,
     /// Answer `{"tasks": []}` at this time.

@@ -10,7 +10,7 @@ use super::shared::RemoteSession;
 use super::state::{Exec, Queued, TokenRef};
 use super::txn::{Settled, Txn};
 use super::{Bug, Engine};
-use crate::history::{Event, EventKind, Millis, Projection, Status, UnitState};
+use crate::history::{Event, EventKind, Millis, Name, Projection, Status, UnitState};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The starts of `txn` that created an id the store turned out to hold
@@ -41,10 +41,10 @@ fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
             s.tokens.remove(token);
         }
         if let Some(s) = session {
-            if let Some(r) = work.remote.get_mut(&s) {
+            if let Some(r) = work.remote.get_mut(&*s) {
                 r.tokens.remove(token);
                 if r.tokens.is_empty() {
-                    work.remote.remove(&s);
+                    work.remote.remove(&*s);
                 }
             }
         }
@@ -69,10 +69,8 @@ fn unindex(work: &mut Work, exec_id: &str, p: &Projection) {
 /// never listed lost.)
 fn unlisted_ended(work: &mut Work, p: &Projection) {
     for token in p.tokens.keys() {
-        let token: &str = token;
         if let Some(t) = work.tokens.get(token).filter(|t| !t.confirmed) {
-            work.unconfirmed
-                .remove(&(t.dispatched_at, token.to_string()));
+            work.unconfirmed.remove(&(t.dispatched_at, token.clone()));
         }
     }
 }
@@ -94,14 +92,15 @@ fn sync_queue(
     if let Some((since, entry)) = queued {
         *ordinal += 1;
         let pos = (since, *ordinal);
+        // The entry's names, shared with the projection.
         match units {
             Some(units) => {
-                units.insert(unit.to_string(), pos);
+                units.insert(entry.unit.clone(), pos);
             }
             None => {
                 work.queued.insert(
-                    exec_id.to_string(),
-                    BTreeMap::from([(unit.to_string(), pos)]),
+                    entry.execution_id.clone(),
+                    BTreeMap::from([(entry.unit.clone(), pos)]),
                 );
             }
         }
@@ -580,17 +579,25 @@ impl Engine {
                 } => {
                     // The projection's names, shared.
                     let names = e.and_then(|e| {
-                        let (unit, _) = e.proj.units.get_key_value(step.as_str())?;
-                        Some((e.proj.execution_id.clone(), unit.clone()))
+                        let (unit, u) = e.proj.units.get_key_value(step.as_str())?;
+                        let (token, d) = u.dispatches.get_key_value(token.as_str())?;
+                        Some((
+                            token.clone(),
+                            e.proj.execution_id.clone(),
+                            unit.clone(),
+                            d.worker_id.clone(),
+                        ))
                     });
-                    let (execution_id, unit) =
-                        names.unwrap_or_else(|| (exec_id.into(), step.as_str().into()));
+                    let (token, execution_id, unit, worker_id) = names.unwrap_or_else(|| {
+                        let name = |s: &str| Name::from(s);
+                        (name(token), name(exec_id), name(step), name(worker_id))
+                    });
                     self.work.tokens.insert(
-                        token.clone(),
+                        token,
                         TokenRef {
                             execution_id,
                             unit,
-                            worker_id: worker_id.clone(),
+                            worker_id,
                             session: None,
                             confirmed: false,
                             dispatched_at: ev.at,
@@ -670,7 +677,7 @@ impl Engine {
                     if let Some(s) = &t.session {
                         // A session of another node: followed through its
                         // contact, which it keeps.
-                        let contact = self.work.remote.get(s).map(|r| r.last_contact);
+                        let contact = self.work.remote.get(&**s).map(|r| r.last_contact);
                         holders.push((token.to_string(), s.clone(), t.confirmed, contact));
                     }
                 }
@@ -710,20 +717,17 @@ impl Engine {
         let left_with = self.idle.evicted.get(&id).copied().flatten();
         // The copy it replaces leaves no wake-up behind.
         self.set_wake(&id, None);
-        self.executions.insert(
-            id.clone(),
-            Box::new(Exec {
-                proj,
-                def,
-                busy,
-                reloading: false,
-                waiting,
-                wake: None,
-                active_at: self.now,
-                idle_watched,
-                epoch,
-            }),
-        );
+        self.executions.insert(Box::new(Exec {
+            proj,
+            def,
+            busy,
+            reloading: false,
+            waiting,
+            wake: None,
+            active_at: self.now,
+            idle_watched,
+            epoch,
+        }));
         self.index(&id, &stored.events);
         self.returned(&id);
         self.watch_idle(&id);
@@ -732,11 +736,20 @@ impl Engine {
         let wake = left_with.or_else(|| self.committed_decision(&id).and_then(|d| d.wake));
         self.set_wake(&id, wake);
         for (token, reason) in orphans {
-            if self.work.tokens.contains_key(&token) {
+            if self.work.tokens.contains_key(token.as_str()) {
                 self.work.orphans.insert(token, reason);
             }
         }
         for (token, session, confirmed, contact) in holders {
+            // The held token's own name, shared with the session.
+            let Some(token) = self
+                .work
+                .tokens
+                .get_key_value(token.as_str())
+                .map(|(k, _)| k.clone())
+            else {
+                continue;
+            };
             let Some(t) = self.work.tokens.get_mut(&token) else {
                 continue;
             };
@@ -750,13 +763,13 @@ impl Engine {
                 // which then waited forever).
                 self.work
                     .remote
-                    .entry(session)
+                    .entry(session.to_string())
                     .or_insert_with(|| RemoteSession {
                         tokens: BTreeSet::new(),
                         last_contact,
                     })
                     .tokens
-                    .insert(token);
+                    .insert(token.to_string());
             }
         }
         match before {

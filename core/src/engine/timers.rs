@@ -5,7 +5,7 @@ use super::decide::{self, attempt_failed, call_for, Context};
 use super::state::Exec;
 use super::txn::{child_view, Txn};
 use super::{Bug, Engine, TICK_MS};
-use crate::history::{ErrorInfo, EventKind, Millis};
+use crate::history::{ErrorInfo, EventKind, Millis, Name};
 use std::collections::BTreeMap;
 
 impl Engine {
@@ -15,7 +15,7 @@ impl Engine {
         self.expire_polls();
         self.expire_waits();
         let timeout = self.config.session_timeout_ms;
-        let lost: Vec<(String, String)> = self
+        let lost: Vec<(Name, Name)> = self
             .work
             .sessions
             .iter()
@@ -47,7 +47,7 @@ impl Engine {
                     .as_ref()
                     .is_some_and(|s| self.work.sessions.contains_key(s));
                 let dead_ignored = !alive && self.planted(Bug::HandOutToDeadSession);
-                if !t.confirmed && !self.work.orphans.contains_key(&token) && !dead_ignored {
+                if !t.confirmed && !self.work.orphans.contains_key(&*token) && !dead_ignored {
                     // Never listed nor reported: lost on the way, or its
                     // session is gone.
                     let reason = if alive {
@@ -55,18 +55,18 @@ impl Engine {
                     } else {
                         format!("worker `{}` stopped responding", t.worker_id)
                     };
-                    self.work.orphans.insert(token, reason);
+                    self.work.orphans.insert(token.to_string(), reason);
                 }
             }
         }
         if self.recovery_until.is_some_and(|t| t <= now) {
             self.recovery_until = None;
-            let silent: Vec<(String, String)> = self
+            let silent: Vec<(String, Name)> = self
                 .work
                 .tokens
                 .iter()
                 .filter(|(_, t)| t.session.is_none() && !t.confirmed)
-                .map(|(k, t)| (k.clone(), t.worker_id.clone()))
+                .map(|(k, t)| (k.to_string(), t.worker_id.clone()))
                 .collect();
             for (token, worker) in silent {
                 self.work
@@ -150,7 +150,7 @@ impl Engine {
             return false;
         };
         let (current, stale): (Vec<_>, Vec<_>) = tokens.into_iter().partition(|(token, _)| {
-            self.work.tokens.get(token).is_some_and(|t| {
+            self.work.tokens.get(token.as_str()).is_some_and(|t| {
                 p.units
                     .get(&*t.unit)
                     .and_then(|u| u.current_dispatch())
@@ -170,7 +170,7 @@ impl Engine {
         // An orphan stays listed until its `StepAttemptUncertain` commits
         // (then its dispatch is no longer current and it is dropped above).
         for (token, reason) in current {
-            let Some(unit) = self.work.tokens.get(&token).map(|t| t.unit.clone()) else {
+            let Some(unit) = self.work.tokens.get(token.as_str()).map(|t| t.unit.clone()) else {
                 continue;
             };
             let attempt = txn.drafts.get(exec_id).and_then(|d| {
@@ -223,13 +223,18 @@ impl Engine {
             .work
             .orphans
             .keys()
-            .filter_map(|t| self.work.tokens.get(t).map(|r| r.execution_id.to_string()))
+            .filter_map(|t| {
+                self.work
+                    .tokens
+                    .get(t.as_str())
+                    .map(|r| r.execution_id.to_string())
+            })
             .collect();
         let stale: Vec<String> = self
             .work
             .orphans
             .keys()
-            .filter(|t| !self.work.tokens.contains_key(*t))
+            .filter(|t| !self.work.tokens.contains_key(t.as_str()))
             .cloned()
             .collect();
         for t in stale {
@@ -312,7 +317,7 @@ impl Engine {
         self.work.orphans.keys().any(|token| {
             self.work
                 .tokens
-                .get(token)
+                .get(token.as_str())
                 .and_then(|t| self.executions.get(&t.execution_id))
                 .is_none_or(|e| !e.blocked())
         })

@@ -33,7 +33,7 @@ impl Engine {
         let evicted: BTreeSet<String> = requests
             .iter()
             .filter_map(|(_, request)| match request {
-                Request::Result { token, .. } if !self.work.tokens.contains_key(token) => {
+                Request::Result { token, .. } if !self.work.tokens.contains_key(token.as_str()) => {
                     self.evicted_owner(token)
                 }
                 _ => None,
@@ -134,7 +134,7 @@ impl Engine {
             .work
             .polls
             .values()
-            .map(|p| (p.session_id.as_str(), p.max_tasks))
+            .map(|p| (&*p.session_id, p.max_tasks))
             .collect();
         fresh
             .into_iter()

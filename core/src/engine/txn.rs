@@ -11,7 +11,7 @@ use super::effect::{Effect, Response};
 use super::input::{Request, RequestId};
 use super::state::Exec;
 use super::Engine;
-use crate::history::{ErrorInfo, Event, EventKind, Projection, Status};
+use crate::history::{ErrorInfo, Event, EventKind, Name, Projection, Status};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -101,7 +101,7 @@ pub(crate) struct Txn {
     /// Replies after commit.
     pub replies: Vec<PendingReply>,
     /// Tokens handed to sessions by this batch: token -> session.
-    pub deliveries: Vec<(String, String)>,
+    pub deliveries: Vec<(String, Name)>,
     /// A deploy written again because an earlier write of it had an
     /// unknown outcome.
     pub unsettled: bool,
@@ -417,20 +417,17 @@ impl Engine {
             match self.executions.get_mut(exec_id) {
                 Some(e) => e.busy = Some(id),
                 None => {
-                    self.executions.insert(
-                        exec_id.clone(),
-                        Box::new(Exec {
-                            proj: Projection::new(exec_id),
-                            def: d.def.clone(),
-                            busy: Some(id),
-                            reloading: false,
-                            waiting: VecDeque::new(),
-                            wake: None,
-                            active_at: self.now,
-                            idle_watched: false,
-                            epoch,
-                        }),
-                    );
+                    self.executions.insert(Box::new(Exec {
+                        proj: Projection::new(exec_id),
+                        def: d.def.clone(),
+                        busy: Some(id),
+                        reloading: false,
+                        waiting: VecDeque::new(),
+                        wake: None,
+                        active_at: self.now,
+                        idle_watched: false,
+                        epoch,
+                    }));
                 }
             }
         }

@@ -30,13 +30,13 @@ impl Waits {
     /// Parks `wait` as request `id` (in place of one parked as `id`).
     pub fn insert(&mut self, id: RequestId, wait: ParkedWait) {
         self.remove(id);
-        match self.by_execution.get_mut(&wait.execution_id) {
+        match self.by_execution.get_mut(wait.execution_id.as_str()) {
             Some(ids) => {
                 ids.insert(id);
             }
             None => {
                 self.by_execution
-                    .insert(wait.execution_id.clone(), BTreeSet::from([id]));
+                    .insert(wait.execution_id.as_str().into(), BTreeSet::from([id]));
             }
         }
         self.deadlines.insert((wait.deadline, id));
@@ -47,10 +47,10 @@ impl Waits {
     pub fn remove(&mut self, id: RequestId) -> Option<ParkedWait> {
         let wait = self.by_id.remove(&id)?;
         self.deadlines.remove(&(wait.deadline, id));
-        if let Some(ids) = self.by_execution.get_mut(&wait.execution_id) {
+        if let Some(ids) = self.by_execution.get_mut(wait.execution_id.as_str()) {
             ids.remove(&id);
             if ids.is_empty() {
-                self.by_execution.remove(&wait.execution_id);
+                self.by_execution.remove(wait.execution_id.as_str());
             }
         }
         Some(wait)

@@ -7,7 +7,7 @@ use super::input::RequestId;
 use super::state::{ParkedPoll, Queued, Session};
 use super::txn::Txn;
 use super::{Bug, Engine};
-use crate::history::{DispatchState, EventKind, Projection, UnitState};
+use crate::history::{unnamed, DispatchState, EventKind, Name, Projection, UnitState};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,9 +39,9 @@ impl Engine {
     ) {
         let session_id = self.ids.next_id();
         self.work.sessions.insert(
-            session_id.clone(),
+            session_id.as_str().into(),
             Session {
-                worker_id,
+                worker_id: worker_id.into(),
                 patterns,
                 max_tasks: max_tasks.unwrap_or(1).max(1),
                 last_seen: self.now,
@@ -74,47 +74,49 @@ impl Engine {
 
     /// Marks `token` as held by `session` (a listing or a delivery).
     pub(super) fn attach(&mut self, token: &str, session_id: &str, confirmed: bool) {
-        let Some(t) = self.work.tokens.get_mut(token) else {
+        // The token's and the session's names, shared: attaching copies no
+        // string.
+        let Some(token) = self
+            .work
+            .tokens
+            .get_key_value(token)
+            .map(|(k, _)| k.clone())
+        else {
             if confirmed && self.idle.tokens.contains_key(token) {
                 // A past delivery of an evicted execution, listed: it
                 // arrived, as it would have been noted had the execution
                 // stayed in memory. Its wait for a listing ends here, or
                 // it would expire a session timeout after its hand-out and
                 // ask for a tick memory never asked for.
-                self.work.unconfirmed.retain(|(_, t)| t != token);
+                self.work.unconfirmed.retain(|(_, t)| &**t != token);
             }
             return;
         };
-        // A poll lists every token its worker holds, so most calls find
-        // the token attached to this session and confirmed already: those
-        // copy no string.
+        let session = self
+            .work
+            .sessions
+            .get_key_value(session_id)
+            .map(|(k, _)| k.clone());
+        let Some(t) = self.work.tokens.get_mut(&token) else {
+            return;
+        };
         if t.session.as_deref() != Some(session_id) {
-            if let Some(old) = t.session.replace(session_id.to_string()) {
+            let session = session.unwrap_or_else(|| session_id.into());
+            if let Some(old) = t.session.replace(session) {
                 if let Some(s) = self.work.sessions.get_mut(&old) {
-                    s.tokens.remove(token);
+                    s.tokens.remove(&token);
                 }
             }
         }
         let at = t.dispatched_at;
         if confirmed {
             t.confirmed = true;
-            // Looked up under the empty string, which allocates nothing.
-            let waiting = self
-                .work
-                .unconfirmed
-                .range((at, String::new())..)
-                .take_while(|(a, _)| *a == at)
-                .any(|(_, t)| t == token);
-            if waiting {
-                self.work.unconfirmed.remove(&(at, token.to_string()));
-            }
+            self.work.unconfirmed.remove(&(at, token.clone()));
         } else if !t.confirmed {
-            self.work.unconfirmed.insert((at, token.to_string()));
+            self.work.unconfirmed.insert((at, token.clone()));
         }
         if let Some(s) = self.work.sessions.get_mut(session_id) {
-            if !s.tokens.contains(token) {
-                s.tokens.insert(token.to_string());
-            }
+            s.tokens.insert(token);
         }
     }
 
@@ -138,12 +140,11 @@ impl Engine {
     }
 
     /// The worker id of a session (empty once the session is gone).
-    pub(super) fn session_worker(&self, session_id: &str) -> String {
+    pub(super) fn session_worker(&self, session_id: &str) -> Name {
         self.work
             .sessions
             .get(session_id)
-            .map(|s| s.worker_id.clone())
-            .unwrap_or_default()
+            .map_or_else(unnamed, |s| s.worker_id.clone())
     }
 
     /// True while the server still wants the delivery with `token` to run
@@ -196,7 +197,7 @@ impl Engine {
             .work
             .polls
             .iter()
-            .filter(|(_, p)| p.session_id == session_id)
+            .filter(|(_, p)| &*p.session_id == session_id)
             .map(|(id, _)| *id)
             .collect();
         for p in polls {
@@ -222,7 +223,9 @@ impl Engine {
                 .get(&token)
                 .is_some_and(|t| t.session.as_deref() == Some(session_id))
             {
-                self.work.orphans.insert(token, reason.to_string());
+                self.work
+                    .orphans
+                    .insert(token.to_string(), reason.to_string());
             }
         }
         if self.planted(Bug::HandOutToDeadSession) {
@@ -234,7 +237,7 @@ impl Engine {
             .values()
             .chain(self.writes.reloads.iter())
             .flat_map(|txn| &txn.deliveries)
-            .filter(|(_, s)| s == session_id)
+            .filter(|(_, s)| &**s == session_id)
             .map(|(token, _)| token.clone())
             .collect::<Vec<_>>();
         for token in pending {
@@ -299,10 +302,12 @@ impl Engine {
         // again before its session could expire and a dead one's expires on
         // time.
         let wait_ms = wait_ms.min(self.config.session_timeout_ms / 2).max(1);
+        let session = self.work.sessions.get_key_value(session_id);
+        let session = session.map_or_else(|| session_id.into(), |(name, _)| name.clone());
         self.work.polls.insert(
             id,
             ParkedPoll {
-                session_id: session_id.to_string(),
+                session_id: session,
                 max_tasks: max,
                 deadline: self.now + wait_ms,
             },
@@ -313,10 +318,10 @@ impl Engine {
     /// session's patterns; the reply goes out after the batch commits.
     /// False when nothing matched.
     fn dispatch(&mut self, request: RequestId, session_id: &str, max: u32) -> bool {
-        let Some(s) = self.work.sessions.get(session_id) else {
+        let Some((session, s)) = self.work.sessions.get_key_value(session_id) else {
             return false;
         };
-        let worker_id = s.worker_id.clone();
+        let (session, worker_id) = (session.clone(), s.worker_id.clone());
         let mut picked =
             self.work
                 .queue
@@ -341,7 +346,7 @@ impl Engine {
                 continue;
             }
             if let Some((task, seq)) =
-                self.deliver(&mut txn, &q.execution_id, &q.unit, &worker_id, session_id)
+                self.deliver(&mut txn, &q.execution_id, &q.unit, &worker_id, &session)
             {
                 proofs.push((q.execution_id.to_string(), seq));
                 tasks.push(task);
@@ -370,7 +375,7 @@ impl Engine {
         exec_id: &str,
         unit: &str,
         worker_id: &str,
-        session_id: &str,
+        session: &Name,
     ) -> Option<(Task, u64)> {
         let d = txn.drafts.get(exec_id)?;
         let queued = d.proj.units.get(unit)?;
@@ -389,7 +394,7 @@ impl Engine {
                 token: token.clone(),
             },
         );
-        txn.deliveries.push((token, session_id.to_string()));
+        txn.deliveries.push((token, session.clone()));
         // Polls step over it until the batch commits or is put back.
         if let Some(place) = self.work.place_of(exec_id, unit) {
             self.work.queue.hand_out(&place);

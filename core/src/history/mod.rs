@@ -5,6 +5,7 @@
 mod event;
 pub mod logs;
 mod projection;
+pub(crate) use projection::unnamed;
 mod status;
 mod unit;
 

@@ -560,9 +560,9 @@ impl Projection {
     }
 }
 
-/// The empty name of a unit not scheduled yet (one allocation for the
-/// whole process, shared).
-fn unnamed() -> Name {
+/// The empty name (of a unit not scheduled yet, of a session's worker
+/// once the session is gone): one allocation for the whole process, shared.
+pub(crate) fn unnamed() -> Name {
     static EMPTY: LazyLock<Name> = LazyLock::new(|| Name::from(""));
     EMPTY.clone()
 }
