@@ -171,16 +171,52 @@ async fn connection_refused_is_a_transport_error_after_retries() {
     assert!(began.elapsed() >= Duration::from_millis(15));
 }
 
+/// Both transports the SDK chooses from, to the server at `url`.
+fn both_transports(url: &str) -> [Arc<dyn orbit_sdk::Transport>; 2] {
+    [
+        Arc::new(ReqwestTransport::new(url).unwrap()),
+        Arc::new(orbit_sdk::DirectTransport::new(url).unwrap()),
+    ]
+}
+
 #[tokio::test]
 async fn a_slow_answer_is_a_timeout() {
-    use orbit_sdk::{HttpRequest, Method, Transport};
+    use orbit_sdk::{HttpRequest, Method};
     let fake = Fake::start(|_, _| Reply::ok(json!({})).after(Duration::from_secs(2))).await;
-    let transport = ReqwestTransport::new(&fake.url()).unwrap();
-    let mut request = HttpRequest::new(Method::Get, "/v1/executions/e-1");
-    request.timeout = Some(Duration::from_millis(100));
-    let err = transport.send(request).await.unwrap_err();
-    assert!(matches!(err, TransportError::Timeout(_)), "{err:?}");
-    assert!(err.is_retryable());
+    for transport in both_transports(&fake.url()) {
+        let mut request = HttpRequest::new(Method::Get, "/v1/executions/e-1");
+        request.timeout = Some(Duration::from_millis(100));
+        let err = transport.send(request).await.unwrap_err();
+        assert!(matches!(err, TransportError::Timeout(_)), "{err:?}");
+        assert!(err.is_retryable());
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_connect_error_and_an_answer_comes_back_whole() {
+    use orbit_sdk::{HttpRequest, Method};
+    let dead = format!("http://{}", dead_port().await);
+    for transport in both_transports(&dead) {
+        let err = transport
+            .send(HttpRequest::new(Method::Get, "/v1/executions/e-1"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, TransportError::Connect { .. }), "{err:?}");
+        assert!(err.is_retryable());
+    }
+    let fake = Fake::start(|_, _| Reply::ok(json!({"answer": "ünïcode"}))).await;
+    for transport in both_transports(&fake.url()) {
+        let mut request = HttpRequest::new(Method::Post, "/v1/workers/s-1/poll");
+        request.body = Some(br#"{"max_tasks": 2}"#.to_vec());
+        let response = transport.send(request).await.unwrap();
+        assert_eq!(response.status, 200);
+        assert_eq!(response.header("Content-Type"), Some("application/json"));
+        let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+        assert_eq!(body, json!({"answer": "ünïcode"}));
+    }
+    let seen = fake.requests();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|r| r.body == json!({"max_tasks": 2})));
 }
 
 #[tokio::test]

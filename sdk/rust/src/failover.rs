@@ -15,17 +15,16 @@
 //! token).
 //!
 //! Each URL is reached through a transport made by a [`Connector`]: real
-//! HTTP ([`ReqwestTransport`]) by default, the simulated network in the
+//! HTTP ([`default_transport`]) by default, the simulated network in the
 //! simulator. Time is tokio's, so a simulated clock drives the window.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
+use crate::direct::default_transport;
 use crate::retry::Backoff;
-use crate::transport::{
-    BoxFuture, HttpRequest, HttpResponse, ReqwestTransport, Transport, TransportError,
-};
+use crate::transport::{BoxFuture, HttpRequest, HttpResponse, Transport, TransportError};
 
 /// How long a request keeps looking for the leader by default.
 pub const DEFAULT_FAILOVER_WINDOW: Duration = Duration::from_secs(30);
@@ -82,12 +81,7 @@ impl FailoverTransport {
     /// A transport over `urls` (at least one), tried in this order, each
     /// spoken to over real HTTP.
     pub fn new(urls: &[String]) -> Result<Self, TransportError> {
-        FailoverTransport::with_connector(
-            urls,
-            Arc::new(|url: &str| {
-                ReqwestTransport::new(url).map(|t| Arc::new(t) as Arc<dyn Transport>)
-            }),
-        )
+        FailoverTransport::with_connector(urls, Arc::new(|url: &str| default_transport(url)))
     }
 
     /// A transport over `urls` (at least one), tried in this order, each

@@ -37,6 +37,7 @@
 //! ```
 
 mod client;
+mod direct;
 mod error;
 mod failover;
 mod options;
@@ -47,6 +48,7 @@ pub mod wire;
 mod worker;
 
 pub use client::{Client, DEFAULT_ATTEMPTS, DEFAULT_SERVER};
+pub use direct::{default_transport, DirectTransport};
 pub use error::Error;
 pub use failover::{split_urls, Connector, FailoverTransport, DEFAULT_FAILOVER_WINDOW};
 pub use options::{ListOptions, StartOptions};

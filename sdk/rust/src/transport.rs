@@ -126,7 +126,10 @@ pub trait Transport: Send + Sync {
     fn send(&self, request: HttpRequest) -> BoxFuture<'_, Result<HttpResponse, TransportError>>;
 }
 
-/// The default transport: plain HTTP/1.1 over reqwest.
+/// HTTP/1.1 (and HTTPS, and proxies from the environment) over reqwest: the
+/// transport the SDK uses where [`crate::DirectTransport`] does not do
+/// ([`crate::default_transport`]), and the one whose client streams
+/// `text/event-stream` ([`ReqwestTransport::http_client`]).
 #[derive(Debug, Clone)]
 pub struct ReqwestTransport {
     base: String,
@@ -255,7 +258,7 @@ pub(crate) fn endpoint(base: &reqwest::Url, path: &str) -> reqwest::Url {
 
 /// An error and its sources, joined with `: ` (reqwest hides the useful part
 /// — "connection refused" — in the source chain).
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {
@@ -270,7 +273,7 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 /// The innermost error of a chain ("Connection refused (os error 111)").
-fn root_cause(error: &dyn std::error::Error) -> String {
+pub(crate) fn root_cause(error: &dyn std::error::Error) -> String {
     let mut last = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {

@@ -16,7 +16,7 @@ use super::workload;
 use super::{BenchError, Config};
 use hyper::Method;
 use orbit_sdk::{
-    BoxFuture, FailoverTransport, HttpRequest, HttpResponse, ReqwestTransport, Task, Transport,
+    default_transport, BoxFuture, FailoverTransport, HttpRequest, HttpResponse, Task, Transport,
     TransportError, Worker, DEFAULT_FAILOVER_WINDOW,
 };
 use serde::de::{DeserializeOwned, IgnoredAny};
@@ -415,7 +415,7 @@ fn worker(
 ) -> Result<Worker, BenchError> {
     let refused = |e: TransportError| BenchError::Server(e.to_string());
     let inner: Arc<dyn Transport> = match servers {
-        [one] => Arc::new(ReqwestTransport::new(one).map_err(refused)?),
+        [one] => default_transport(one).map_err(refused)?,
         several => Arc::new(FailoverTransport::new(several).map_err(refused)?),
     };
     let transport = Counting {
