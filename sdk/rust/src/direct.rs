@@ -13,8 +13,8 @@
 //! `NO_PROXY`).
 
 use crate::transport::{
-    error_chain, root_cause, BoxFuture, HttpRequest, HttpResponse, Method, ReqwestTransport,
-    Transport, TransportError,
+    error_chain, is_loopback, root_cause, BoxFuture, HttpRequest, HttpResponse, Method,
+    ReqwestTransport, Transport, TransportError,
 };
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -82,13 +82,7 @@ impl DirectTransport {
             return Err(invalid("the direct transport speaks plain http"));
         }
         let authority = uri.authority().cloned().ok_or_else(|| invalid("no host"))?;
-        let host = authority.host();
-        let loopback = host.eq_ignore_ascii_case("localhost")
-            || host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
+        let loopback = is_loopback(authority.host());
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));

@@ -152,14 +152,8 @@ impl ReqwestTransport {
             )));
         }
         let host = parsed.host_str().unwrap_or_default();
-        let loopback = host.eq_ignore_ascii_case("localhost")
-            || host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
         let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5));
-        if loopback {
+        if is_loopback(host) {
             // A proxy configured for the outside world must not intercept a
             // local server.
             builder = builder.no_proxy();
@@ -254,6 +248,17 @@ pub(crate) fn endpoint(base: &reqwest::Url, path: &str) -> reqwest::Url {
     }
     url.set_query(query);
     url
+}
+
+/// Whether `host` (a name, an IPv4 address or a bracketed IPv6 one) is
+/// this machine.
+pub(crate) fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// An error and its sources, joined with `: ` (reqwest hides the useful part
